@@ -1,0 +1,225 @@
+//! MVCC read path on RocksDB, side by side with raw RocksDB.
+//!
+//! * `point_get`: `PointGetter::get` of a committed short value vs a raw
+//!   `DB::get` of the same key and value stored plainly. Target >= 0.6x.
+//! * `scan_10k`: a forward `Scanner` over 10,000 committed keys vs a raw
+//!   iterator over the same data stored plainly. Target >= 0.6x.
+//! * `versions`: a point get of a key with 1,000 older versions vs a key
+//!   with one. Target: at most 1.2x the time.
+//!
+//! Criterion reports each function; after the groups, the `RATIO` lines give
+//! throughput ratios measured in alternating rounds in the same process.
+
+#![allow(missing_docs)] // criterion_group! generates undocumented items.
+
+mod support;
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use percolate::engine::{Cf, Engine, RocksEngine, WriteBatch, WriteOptions};
+use percolate::mvcc::{
+    Key, MvccTxn, PointGetterBuilder, ScannerBuilder, TimeStamp, Write, WriteType,
+};
+use rand::seq::SliceRandom;
+use rand::{SeedableRng, rngs::StdRng};
+
+const KEYS: usize = 10_000;
+const VALUE_LEN: usize = 64;
+const VERSIONS: u64 = 1_000;
+
+fn user_key(i: usize) -> Vec<u8> {
+    format!("user{i:010}").into_bytes()
+}
+
+fn value(i: usize) -> Vec<u8> {
+    let mut v = format!("value-{i}-").into_bytes();
+    v.resize(VALUE_LEN, b'.');
+    v
+}
+
+/// KEYS keys committed through MVCC records (start 10, commit 11), flushed.
+fn mvcc_engine() -> RocksEngine {
+    let engine = RocksEngine::open_temporary().unwrap();
+    let mut txn = MvccTxn::new(TimeStamp::new(10));
+    for i in 0..KEYS {
+        let write = Write::new(WriteType::Put, TimeStamp::new(10), Some(value(i)));
+        txn.put_write(Key::from_raw(&user_key(i)), TimeStamp::new(11), &write);
+    }
+    engine
+        .write(&txn.into_write_batch(), WriteOptions::default())
+        .unwrap();
+    engine.flush().unwrap();
+    engine
+}
+
+/// The same user data stored plainly in a raw RocksDB, flushed.
+fn raw_db() -> RocksEngine {
+    let engine = RocksEngine::open_temporary().unwrap();
+    let db = engine.raw_db();
+    let cf = db.cf_handle(Cf::Default.name()).unwrap();
+    let mut batch = rocksdb::WriteBatch::default();
+    for i in 0..KEYS {
+        batch.put_cf(cf, user_key(i), value(i));
+    }
+    db.write(batch).unwrap();
+    db.flush_cf(cf).unwrap();
+    engine
+}
+
+/// A key with `versions` committed Puts, the newest at ts `2 * versions + 1`.
+fn versions_engine(versions: u64) -> (RocksEngine, TimeStamp) {
+    let engine = RocksEngine::open_temporary().unwrap();
+    let key = Key::from_raw(b"hot-key");
+    let mut batch = WriteBatch::new();
+    for v in 0..versions {
+        let mut txn = MvccTxn::new(TimeStamp::new(2 * v + 1));
+        let write = Write::new(
+            WriteType::Put,
+            TimeStamp::new(2 * v + 1),
+            Some(value(v as usize)),
+        );
+        txn.put_write(key.clone(), TimeStamp::new(2 * v + 2), &write);
+        batch.extend(txn.into_modifies());
+    }
+    engine.write(&batch, WriteOptions::default()).unwrap();
+    engine.flush().unwrap();
+    (engine, TimeStamp::new(2 * versions + 10))
+}
+
+fn shuffled_keys() -> Vec<usize> {
+    let mut order: Vec<usize> = (0..KEYS).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(7));
+    order
+}
+
+fn bench_point_get(c: &mut Criterion) {
+    let mvcc = mvcc_engine();
+    let raw = raw_db();
+    let order = shuffled_keys();
+    let encoded: Vec<Key> = order.iter().map(|&i| Key::from_raw(&user_key(i))).collect();
+    let plain: Vec<Vec<u8>> = order.iter().map(|&i| user_key(i)).collect();
+    let read_ts = TimeStamp::new(100);
+    let mut getter = PointGetterBuilder::new(mvcc.snapshot(), read_ts).build();
+    let db = raw.raw_db();
+    let cf = db.cf_handle(Cf::Default.name()).unwrap();
+
+    let mut group = c.benchmark_group("point_get");
+    let mut i = 0;
+    group.bench_function("percolate_point_getter", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            black_box(getter.get(&encoded[i]).unwrap().unwrap())
+        })
+    });
+    group.bench_function("raw_rocksdb_get", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            black_box(db.get_cf(cf, &plain[i]).unwrap().unwrap())
+        })
+    });
+    group.finish();
+
+    support::print_ratio(
+        "point_get percolate/raw (target >= 0.60)",
+        KEYS as u64,
+        15,
+        || {
+            for key in &encoded {
+                black_box(getter.get(key).unwrap().unwrap());
+            }
+        },
+        || {
+            for key in &plain {
+                black_box(db.get_cf(cf, key).unwrap().unwrap());
+            }
+        },
+    );
+}
+
+fn scan_mvcc(engine: &RocksEngine) -> usize {
+    let mut scanner = ScannerBuilder::new(engine.snapshot(), TimeStamp::new(100))
+        .build()
+        .unwrap();
+    let mut n = 0;
+    while let Some(pair) = scanner.next().unwrap() {
+        black_box(pair);
+        n += 1;
+    }
+    n
+}
+
+fn scan_raw(engine: &RocksEngine) -> usize {
+    let db = engine.raw_db();
+    let cf = db.cf_handle(Cf::Default.name()).unwrap();
+    let mut it = db.raw_iterator_cf(cf);
+    it.seek_to_first();
+    let mut n = 0;
+    while let (Some(k), Some(v)) = (it.key(), it.value()) {
+        black_box((k.to_vec(), v.to_vec()));
+        n += 1;
+        it.next();
+    }
+    n
+}
+
+fn bench_scan(c: &mut Criterion) {
+    let mvcc = mvcc_engine();
+    let raw = raw_db();
+    assert_eq!(scan_mvcc(&mvcc), KEYS);
+    assert_eq!(scan_raw(&raw), KEYS);
+    let mut group = c.benchmark_group("scan_10k");
+    group.sample_size(20);
+    group.bench_function("percolate_scanner", |b| b.iter(|| scan_mvcc(&mvcc)));
+    group.bench_function("raw_rocksdb_iterator", |b| b.iter(|| scan_raw(&raw)));
+    group.finish();
+    support::print_ratio(
+        "scan_10k percolate/raw (target >= 0.60)",
+        KEYS as u64,
+        15,
+        || {
+            scan_mvcc(&mvcc);
+        },
+        || {
+            scan_raw(&raw);
+        },
+    );
+}
+
+fn bench_versions(c: &mut Criterion) {
+    let (many, many_ts) = versions_engine(VERSIONS);
+    let (one, one_ts) = versions_engine(1);
+    let key = Key::from_raw(b"hot-key");
+    let mut many_getter = PointGetterBuilder::new(many.snapshot(), many_ts).build();
+    let mut one_getter = PointGetterBuilder::new(one.snapshot(), one_ts).build();
+    let mut group = c.benchmark_group("versions");
+    group.bench_function("get_1000_versions", |b| {
+        b.iter(|| black_box(many_getter.get(&key).unwrap().unwrap()))
+    });
+    group.bench_function("get_1_version", |b| {
+        b.iter(|| black_box(one_getter.get(&key).unwrap().unwrap()))
+    });
+    group.finish();
+    let ratio = support::print_ratio(
+        "get throughput 1000 versions/1 version (target: time <= 1.2x, i.e. ratio >= 0.83)",
+        10_000,
+        15,
+        || {
+            for _ in 0..10_000 {
+                black_box(many_getter.get(&key).unwrap().unwrap());
+            }
+        },
+        || {
+            for _ in 0..10_000 {
+                black_box(one_getter.get(&key).unwrap().unwrap());
+            }
+        },
+    );
+    println!(
+        "RATIO versions time 1000/1: {:.2}x (target <= 1.20)",
+        1.0 / ratio
+    );
+}
+
+criterion_group!(benches, bench_point_get, bench_scan, bench_versions);
+criterion_main!(benches);

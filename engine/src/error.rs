@@ -1,0 +1,38 @@
+//! Errors of the engine layer.
+
+/// Errors an engine returns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// RocksDB reported an error (I/O, corruption detected by its checksums,
+    /// a busy lock file, ...).
+    #[error("rocksdb: {0}")]
+    Rocks(#[from] rocksdb::Error),
+    /// A file-system operation outside RocksDB failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path involved.
+        path: std::path::PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The database was opened without one of the column families percolate
+    /// needs.
+    #[error("column family {cf} is missing")]
+    MissingColumnFamily {
+        /// Name of the missing column family.
+        cf: &'static str,
+    },
+    /// A fault injected by a test engine.
+    #[error("injected fault: {reason}")]
+    Injected {
+        /// Which fault was injected.
+        reason: String,
+    },
+}
+
+/// Result of engine operations.
+pub type Result<T> = std::result::Result<T, Error>;

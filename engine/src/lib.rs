@@ -1,0 +1,359 @@
+//! The storage engine under percolate: an ordered key-value store with column
+//! families, atomic write batches and consistent snapshots.
+//!
+//! Everything above this crate (MVCC records, transactions) is expressed as
+//! bytes in three column families ([`Cf`]). The engine promises only what a
+//! RocksDB instance promises:
+//!
+//! * a [`WriteBatch`] is applied atomically across all column families, or not
+//!   at all;
+//! * a [`Snapshot`] sees exactly the writes that finished before it was taken,
+//!   never a later one, for as long as it lives;
+//! * iterators ([`EngineIterator`]) walk a snapshot in key order, forwards or
+//!   backwards, inside optional bounds, and report I/O errors as values.
+//!
+//! Two engines implement the traits:
+//!
+//! * [`RocksEngine`]: the real default, one RocksDB instance with the column
+//!   families `default`, `lock` and `write`, durable across restarts;
+//! * [`MemoryEngine`]: ordered maps with truly isolated snapshots, for fast
+//!   tests. Every behaviour test runs on both.
+//!
+//! ```
+//! use percolate_engine::{Cf, Engine, MemoryEngine, Snapshot, WriteBatch, WriteOptions};
+//!
+//! let engine = MemoryEngine::new();
+//! let mut batch = WriteBatch::new();
+//! batch.put(Cf::Lock, b"k".to_vec(), b"v".to_vec());
+//! engine.write(&batch, WriteOptions::default())?;
+//! let snapshot = engine.snapshot();
+//! assert_eq!(snapshot.get(Cf::Lock, b"k")?, Some(b"v".to_vec()));
+//! # Ok::<(), percolate_engine::Error>(())
+//! ```
+
+mod batch;
+mod error;
+mod memory;
+mod rocks;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
+
+pub use batch::{Modify, WriteBatch};
+pub use error::{Error, Result};
+pub use memory::{MemoryEngine, MemoryIterator, MemorySnapshot};
+pub use rocks::{DATA_PREFIX, RocksEngine, RocksIterator, RocksOptions, RocksSnapshot};
+
+/// A column family. MVCC data lives in three of them; see `percolate-mvcc`
+/// for what each one holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Cf {
+    /// `default`: values too long to inline, keyed by user key + start_ts.
+    Default,
+    /// `lock`: one Lock record per locked user key.
+    Lock,
+    /// `write`: commit (and rollback) records, keyed by user key + commit_ts.
+    Write,
+}
+
+impl Cf {
+    /// Every column family, in a fixed order (usable as an array index via
+    /// [`Cf::index`]).
+    pub const ALL: [Cf; 3] = [Cf::Default, Cf::Lock, Cf::Write];
+
+    /// The RocksDB name of the column family, as TiKV names it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Cf::Default => "default",
+            Cf::Lock => "lock",
+            Cf::Write => "write",
+        }
+    }
+
+    /// Position of this column family in [`Cf::ALL`].
+    pub const fn index(self) -> usize {
+        match self {
+            Cf::Default => 0,
+            Cf::Lock => 1,
+            Cf::Write => 2,
+        }
+    }
+
+    /// Whether keys in this column family end with an 8-byte timestamp that
+    /// the engine may strip to form a prefix for bloom filters and
+    /// [`SeekMode::Prefix`]. True for [`Cf::Write`] only.
+    pub const fn has_ts_suffix_prefix(self) -> bool {
+        matches!(self, Cf::Write)
+    }
+}
+
+impl std::fmt::Display for Cf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Length of the timestamp suffix that [`Cf::Write`]'s prefix extractor
+/// strips.
+pub const TS_SUFFIX_LEN: usize = 8;
+
+/// The prefix of a write-CF key: everything but the 8-byte timestamp suffix,
+/// or `None` when the key is too short to carry one.
+pub fn write_key_prefix(key: &[u8]) -> Option<&[u8]> {
+    key.len().checked_sub(TS_SUFFIX_LEN).map(|n| &key[..n])
+}
+
+/// Whether a write waits for its write-ahead-log record to reach stable
+/// storage before it returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// The WAL record is written to the OS but not synced: survives a process
+    /// crash, may be lost on power failure. Defaults to this, as RocksDB and
+    /// TiKV (whose durability comes from Raft) do.
+    #[default]
+    Buffered,
+    /// The WAL is synced (`fsync`) before the write returns: survives power
+    /// failure.
+    Sync,
+}
+
+/// Options for [`Engine::write`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Defaults to [`Durability::Buffered`].
+    pub durability: Durability,
+}
+
+impl WriteOptions {
+    /// Options for a write that is synced before it returns.
+    pub const fn durable() -> Self {
+        WriteOptions {
+            durability: Durability::Sync,
+        }
+    }
+}
+
+/// How an iterator's seeks may be answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SeekMode {
+    /// Every key in the bounds is visible, in order. Defaults to this.
+    #[default]
+    TotalOrder,
+    /// Only keys that share the seek target's prefix (the key without its
+    /// 8-byte ts suffix) are visible; the iterator becomes invalid at the
+    /// first key with another prefix. On [`Cf::Write`] this lets the engine
+    /// skip whole files by their prefix bloom filter, which is what makes a
+    /// point read one cheap lookup. Column families without a timestamp
+    /// suffix treat it as [`SeekMode::TotalOrder`]. Seek targets shorter
+    /// than the suffix have no prefix: what such a seek returns is
+    /// unspecified.
+    Prefix,
+}
+
+/// Options for [`Snapshot::iter`].
+///
+/// Bounds are on the keys the caller sees: `lower_bound` inclusive,
+/// `upper_bound` exclusive, both optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IterOptions {
+    /// Smallest visible key (inclusive). Defaults to unbounded.
+    pub lower_bound: Option<Vec<u8>>,
+    /// Key just past the largest visible key (exclusive). Defaults to
+    /// unbounded.
+    pub upper_bound: Option<Vec<u8>>,
+    /// Defaults to [`SeekMode::TotalOrder`].
+    pub seek_mode: SeekMode,
+    /// Whether blocks read by this iterator enter the block cache. Defaults
+    /// to true; set false for one-off full scans (GC, debugging).
+    pub fill_cache: bool,
+}
+
+impl IterOptions {
+    /// Unbounded, total order, filling the cache.
+    pub fn new() -> Self {
+        IterOptions {
+            fill_cache: true,
+            ..Default::default()
+        }
+    }
+
+    /// Sets the inclusive lower bound.
+    #[must_use]
+    pub fn lower_bound(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.lower_bound = Some(key.into());
+        self
+    }
+
+    /// Sets the exclusive upper bound.
+    #[must_use]
+    pub fn upper_bound(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.upper_bound = Some(key.into());
+        self
+    }
+
+    /// Sets the seek mode.
+    #[must_use]
+    pub fn seek_mode(mut self, mode: SeekMode) -> Self {
+        self.seek_mode = mode;
+        self
+    }
+
+    /// Sets whether blocks read enter the block cache.
+    #[must_use]
+    pub fn fill_cache(mut self, fill: bool) -> Self {
+        self.fill_cache = fill;
+        self
+    }
+
+    /// Whether `key` lies inside the bounds.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.lower_bound.as_deref().is_none_or(|lower| key >= lower)
+            && self.upper_bound.as_deref().is_none_or(|upper| key < upper)
+    }
+}
+
+/// A key-value engine with column families.
+///
+/// Cloning an engine gives another handle to the same data.
+pub trait Engine: Clone + Send + Sync + 'static {
+    /// The snapshot type of this engine.
+    type Snap: Snapshot;
+
+    /// A consistent view of every column family as of now.
+    fn snapshot(&self) -> Self::Snap;
+
+    /// Applies every modification of `batch` atomically: after a crash either
+    /// all of them are visible or none is.
+    fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()>;
+}
+
+/// A read-only, consistent view of an engine at one moment.
+///
+/// Invariant: a snapshot never observes a write that finished after it was
+/// taken. Cloning is cheap and gives the same view.
+pub trait Snapshot: Clone + Send + Sync + 'static {
+    /// The iterator type of this snapshot.
+    type Iter: EngineIterator;
+
+    /// The value of `key` in `cf`, or `None`.
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// An iterator over `cf`. It starts unpositioned: call a seek first.
+    fn iter(&self, cf: Cf, options: IterOptions) -> Result<Self::Iter>;
+}
+
+/// A cursor over one column family of a snapshot.
+///
+/// Every positioning method returns whether the cursor now rests on a key
+/// (inside the bounds, and inside the seek prefix in [`SeekMode::Prefix`]).
+/// [`key`](Self::key) and [`value`](Self::value) are meaningful only while
+/// [`valid`](Self::valid) is true; otherwise they return empty slices.
+pub trait EngineIterator: Send {
+    /// Moves to the first key `>= key`.
+    fn seek(&mut self, key: &[u8]) -> Result<bool>;
+    /// Moves to the last key `<= key`.
+    fn seek_for_prev(&mut self, key: &[u8]) -> Result<bool>;
+    /// Moves to the first key inside the bounds.
+    fn seek_to_first(&mut self) -> Result<bool>;
+    /// Moves to the last key inside the bounds.
+    fn seek_to_last(&mut self) -> Result<bool>;
+    /// Moves to the next key. On an invalid cursor it stays invalid.
+    fn next(&mut self) -> Result<bool>;
+    /// Moves to the previous key. On an invalid cursor it stays invalid.
+    fn prev(&mut self) -> Result<bool>;
+    /// Whether the cursor rests on a key.
+    fn valid(&self) -> Result<bool>;
+    /// The current key.
+    fn key(&self) -> &[u8];
+    /// The current value.
+    fn value(&self) -> &[u8];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    #[test]
+    fn memory_engine_conforms() {
+        run_conformance_suite(MemoryEngine::new);
+    }
+
+    #[test]
+    fn rocks_engine_conforms() {
+        run_conformance_suite(temp_rocks_engine);
+    }
+
+    #[test]
+    fn memory_and_rocks_agree_on_random_batches() {
+        for seed in 0..8 {
+            check_memory_matches_rocks(seed, 60);
+        }
+    }
+
+    #[test]
+    fn rocks_engine_reopens_with_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let engine = RocksEngine::open(dir.path()).unwrap();
+            let mut batch = WriteBatch::new();
+            batch.put(Cf::Write, b"key-with-ts-suffix".to_vec(), b"w".to_vec());
+            batch.put(Cf::Lock, b"l".to_vec(), b"lock".to_vec());
+            engine.write(&batch, WriteOptions::durable()).unwrap();
+            engine.flush().unwrap();
+            let mut batch = WriteBatch::new();
+            batch.put(Cf::Default, b"d".to_vec(), b"only in the WAL".to_vec());
+            engine.write(&batch, WriteOptions::default()).unwrap();
+        }
+        let engine = RocksEngine::open(dir.path()).unwrap();
+        let snapshot = engine.snapshot();
+        assert_eq!(
+            snapshot.get(Cf::Write, b"key-with-ts-suffix").unwrap(),
+            Some(b"w".to_vec())
+        );
+        assert_eq!(
+            snapshot.get(Cf::Lock, b"l").unwrap(),
+            Some(b"lock".to_vec())
+        );
+        assert_eq!(
+            snapshot.get(Cf::Default, b"d").unwrap(),
+            Some(b"only in the WAL".to_vec())
+        );
+        assert_eq!(engine.path(), dir.path());
+    }
+
+    #[test]
+    fn rocks_engine_stores_keys_behind_the_data_prefix() {
+        let engine = temp_rocks_engine();
+        let mut batch = WriteBatch::new();
+        batch.put(Cf::Lock, b"k".to_vec(), b"v".to_vec());
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        let cf = engine.raw_db().cf_handle("lock").unwrap();
+        assert_eq!(
+            engine.raw_db().get_cf(cf, b"zk").unwrap(),
+            Some(b"v".to_vec())
+        );
+        assert_eq!(engine.raw_db().get_cf(cf, b"k").unwrap(), None);
+    }
+
+    #[test]
+    fn second_open_of_a_live_directory_is_an_error() {
+        let engine = temp_rocks_engine();
+        let err = RocksEngine::open(engine.path()).unwrap_err();
+        assert!(matches!(err, Error::Rocks(_)), "{err}");
+    }
+
+    #[test]
+    fn snapshots_and_iterators_outlive_their_engine_handle() {
+        let engine = temp_rocks_engine();
+        let mut batch = WriteBatch::new();
+        batch.put(Cf::Default, b"a".to_vec(), b"1".to_vec());
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        let snapshot = engine.snapshot();
+        let mut it = snapshot.iter(Cf::Default, IterOptions::new()).unwrap();
+        drop(engine);
+        drop(snapshot);
+        assert!(it.seek_to_first().unwrap());
+        assert_eq!((it.key(), it.value()), (&b"a"[..], &b"1"[..]));
+    }
+}

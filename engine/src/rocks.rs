@@ -1,0 +1,429 @@
+//! The RocksDB engine: the real default.
+//!
+//! One RocksDB instance holds the three column families. Like TiKV's
+//! raftstore, every key is stored behind the one-byte data prefix `z`
+//! ([`DATA_PREFIX`]), so the files on disk carry the same keys a TiKV store
+//! would, and the key space below `z` stays free for local metadata. The
+//! prefix is added and stripped here; callers never see it.
+//!
+//! Column family options (after TiKV's defaults):
+//!
+//! | CF | bloom filter | why |
+//! |---|---|---|
+//! | `write` | prefix bloom on the key without its 8-byte ts, in SSTs and in the memtable | a point read seeks `key+read_ts` and must skip every file that has no version of `key` |
+//! | `lock` | whole-key bloom | prewrite and reads probe one lock per key, mostly absent |
+//! | `default` | whole-key bloom | long values are fetched by exact `key+start_ts` |
+//!
+//! Compression: none on L0-L1 (hot, rewritten soon), lz4 on L2-L4, zstd on
+//! the bottom levels, as TiKV does. Every CF shares one LRU block cache.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType,
+    DBRawIteratorWithThreadMode, Options, ReadOptions, SliceTransform, SnapshotWithThreadMode,
+};
+
+use crate::{
+    Cf, Durability, Engine, EngineIterator, Error, IterOptions, Modify, Result, SeekMode, Snapshot,
+    TS_SUFFIX_LEN, WriteBatch, WriteOptions,
+};
+
+/// The byte in front of every stored key (TiKV's `keys::DATA_PREFIX`).
+pub const DATA_PREFIX: u8 = b'z';
+
+/// The first byte after every data key: the exclusive end of the data space.
+const DATA_END: u8 = DATA_PREFIX + 1;
+
+/// Tunables for [`RocksEngine::open_with`].
+#[derive(Clone, Debug)]
+pub struct RocksOptions {
+    /// Size of the block cache shared by every CF. Defaults to 128 MiB.
+    pub block_cache_bytes: usize,
+    /// Bloom filter bits per key. Defaults to 10 (about 1% false positives).
+    pub bloom_bits_per_key: f64,
+    /// Background flush and compaction threads. Defaults to 2, the size of
+    /// the machines this project is measured on.
+    pub background_jobs: i32,
+    /// Memtable size per CF. Defaults to 64 MiB.
+    pub write_buffer_bytes: usize,
+}
+
+impl Default for RocksOptions {
+    fn default() -> Self {
+        RocksOptions {
+            block_cache_bytes: 128 << 20,
+            bloom_bits_per_key: 10.0,
+            background_jobs: 2,
+            write_buffer_bytes: 64 << 20,
+        }
+    }
+}
+
+/// A RocksDB-backed engine. Cloning shares the database.
+#[derive(Clone)]
+pub struct RocksEngine {
+    inner: Arc<Inner>,
+}
+
+/// Invariant: `db` is declared before `temp_dir`, so it is closed before a
+/// temporary directory is removed.
+struct Inner {
+    db: DB,
+    path: PathBuf,
+    /// Held only to be removed on drop.
+    _temp_dir: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for RocksEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksEngine")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+impl RocksEngine {
+    /// Opens (creating if needed) the database in `path` with default
+    /// options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &RocksOptions::default())
+    }
+
+    /// Opens a database in a new temporary directory that is removed when
+    /// the last handle (engine, snapshot or iterator) is dropped. For tests,
+    /// examples and benchmarks.
+    pub fn open_temporary() -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("percolate-")
+            .tempdir()
+            .map_err(|source| Error::Io {
+                op: "create temporary directory",
+                path: std::env::temp_dir(),
+                source,
+            })?;
+        let path = dir.path().to_path_buf();
+        Self::open_inner(path, &RocksOptions::default(), Some(dir))
+    }
+
+    /// Opens (creating if needed) the database in `path`.
+    pub fn open_with(path: impl AsRef<Path>, options: &RocksOptions) -> Result<Self> {
+        Self::open_inner(path.as_ref().to_path_buf(), options, None)
+    }
+
+    fn open_inner(
+        path: PathBuf,
+        options: &RocksOptions,
+        temp_dir: Option<tempfile::TempDir>,
+    ) -> Result<Self> {
+        std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+            op: "create directory",
+            path: path.clone(),
+            source,
+        })?;
+        let cache = Cache::new_lru_cache(options.block_cache_bytes);
+        let cfs = Cf::ALL
+            .iter()
+            .map(|&cf| ColumnFamilyDescriptor::new(cf.name(), cf_options(cf, options, &cache)));
+        let db = DB::open_cf_descriptors(&db_options(options), &path, cfs)?;
+        for cf in Cf::ALL {
+            if db.cf_handle(cf.name()).is_none() {
+                return Err(Error::MissingColumnFamily { cf: cf.name() });
+            }
+        }
+        Ok(RocksEngine {
+            inner: Arc::new(Inner {
+                db,
+                path,
+                _temp_dir: temp_dir,
+            }),
+        })
+    }
+
+    /// The directory the database lives in.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The underlying RocksDB handle, for benchmarks and tools. Keys written
+    /// through it bypass the data prefix.
+    pub fn raw_db(&self) -> &DB {
+        &self.inner.db
+    }
+
+    /// Flushes every memtable to SST files and waits for it.
+    pub fn flush(&self) -> Result<()> {
+        for cf in Cf::ALL {
+            self.inner.db.flush_cf(handle(&self.inner.db, cf)?)?;
+        }
+        Ok(())
+    }
+}
+
+fn db_options(options: &RocksOptions) -> Options {
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    opts.set_max_background_jobs(options.background_jobs);
+    // Smooth out write-back of SSTs and the WAL instead of large bursts.
+    opts.set_bytes_per_sync(1 << 20);
+    opts.set_wal_bytes_per_sync(512 << 10);
+    opts
+}
+
+fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Options {
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_bloom_filter(options.bloom_bits_per_key, false);
+    // Newest table format: smaller index and filter blocks.
+    table.set_format_version(5);
+    let mut opts = Options::default();
+    opts.set_write_buffer_size(options.write_buffer_bytes);
+    opts.set_compression_per_level(&[
+        DBCompressionType::None,
+        DBCompressionType::None,
+        DBCompressionType::Lz4,
+        DBCompressionType::Lz4,
+        DBCompressionType::Lz4,
+        DBCompressionType::Zstd,
+        DBCompressionType::Zstd,
+    ]);
+    if cf.has_ts_suffix_prefix() {
+        // Filters are built on `z + encoded user key`; the whole key with its
+        // ts is never probed on its own.
+        table.set_whole_key_filtering(false);
+        opts.set_prefix_extractor(SliceTransform::create(
+            "percolate_strip_ts",
+            strip_ts,
+            Some(has_ts),
+        ));
+        opts.set_memtable_prefix_bloom_ratio(0.1);
+    }
+    opts.set_block_based_table_factory(&table);
+    opts
+}
+
+/// The prefix extractor of the write CF: the stored key without its ts.
+fn strip_ts(key: &[u8]) -> &[u8] {
+    &key[..key.len().saturating_sub(TS_SUFFIX_LEN)]
+}
+
+/// A stored write-CF key has the data prefix, a user key and a ts.
+fn has_ts(key: &[u8]) -> bool {
+    key.len() > TS_SUFFIX_LEN
+}
+
+fn handle(db: &DB, cf: Cf) -> Result<&ColumnFamily> {
+    db.cf_handle(cf.name())
+        .ok_or(Error::MissingColumnFamily { cf: cf.name() })
+}
+
+fn data_key(key: &[u8]) -> Vec<u8> {
+    let mut stored = Vec::with_capacity(key.len() + 1);
+    stored.push(DATA_PREFIX);
+    stored.extend_from_slice(key);
+    stored
+}
+
+impl Engine for RocksEngine {
+    type Snap = RocksSnapshot;
+
+    fn snapshot(&self) -> RocksSnapshot {
+        RocksSnapshot {
+            cell: Arc::new(SnapshotCell::new(self.inner.clone(), |inner| {
+                inner.db.snapshot()
+            })),
+        }
+    }
+
+    fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
+        let db = &self.inner.db;
+        let mut wb = rocksdb::WriteBatch::default();
+        for modify in batch.modifies() {
+            match modify {
+                Modify::Put { cf, key, value } => wb.put_cf(handle(db, *cf)?, data_key(key), value),
+                Modify::Delete { cf, key } => wb.delete_cf(handle(db, *cf)?, data_key(key)),
+                // RocksDB rejects an inverted range; it removes nothing.
+                Modify::DeleteRange { start, end, .. } if start >= end => {}
+                Modify::DeleteRange { cf, start, end } => {
+                    wb.delete_range_cf(handle(db, *cf)?, data_key(start), data_key(end))
+                }
+            }
+        }
+        let mut opts = rocksdb::WriteOptions::default();
+        opts.set_sync(options.durability == Durability::Sync);
+        db.write_opt(wb, &opts)?;
+        Ok(())
+    }
+}
+
+type DbSnapshot<'a> = SnapshotWithThreadMode<'a, DB>;
+
+self_cell::self_cell!(
+    /// A RocksDB snapshot that owns (a share of) its database, so that it can
+    /// move between threads and outlive the engine handle it came from.
+    struct SnapshotCell {
+        owner: Arc<Inner>,
+        #[covariant]
+        dependent: DbSnapshot,
+    }
+);
+
+/// A consistent view of a [`RocksEngine`]. Cloning is cheap.
+#[derive(Clone)]
+pub struct RocksSnapshot {
+    cell: Arc<SnapshotCell>,
+}
+
+impl std::fmt::Debug for RocksSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksSnapshot").finish_non_exhaustive()
+    }
+}
+
+impl RocksSnapshot {
+    fn db(&self) -> &DB {
+        &self.cell.borrow_owner().db
+    }
+}
+
+impl Snapshot for RocksSnapshot {
+    type Iter = RocksIterator;
+
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let handle = handle(self.db(), cf)?;
+        let value = self.cell.borrow_dependent().get_pinned_cf_opt(
+            handle,
+            data_key(key),
+            ReadOptions::default(),
+        )?;
+        Ok(value.map(|v| v.to_vec()))
+    }
+
+    fn iter(&self, cf: Cf, options: IterOptions) -> Result<RocksIterator> {
+        let mut read = ReadOptions::default();
+        read.set_iterate_lower_bound(match &options.lower_bound {
+            Some(lower) => data_key(lower),
+            None => vec![DATA_PREFIX],
+        });
+        read.set_iterate_upper_bound(match &options.upper_bound {
+            Some(upper) => data_key(upper),
+            None => vec![DATA_END],
+        });
+        read.fill_cache(options.fill_cache);
+        match options.seek_mode {
+            SeekMode::TotalOrder => read.set_total_order_seek(true),
+            SeekMode::Prefix => read.set_prefix_same_as_start(true),
+        }
+        let cell = IterCell::try_new(self.clone(), |snapshot| {
+            let handle = handle(snapshot.db(), cf)?;
+            Ok::<_, Error>(
+                snapshot
+                    .cell
+                    .borrow_dependent()
+                    .raw_iterator_cf_opt(handle, read),
+            )
+        })?;
+        Ok(RocksIterator {
+            cell,
+            target: Vec::new(),
+        })
+    }
+}
+
+type DbIterator<'a> = DBRawIteratorWithThreadMode<'a, DB>;
+
+self_cell::self_cell!(
+    /// A raw RocksDB iterator together with the snapshot it reads.
+    struct IterCell {
+        owner: RocksSnapshot,
+        #[covariant]
+        dependent: DbIterator,
+    }
+);
+
+/// An iterator over a [`RocksSnapshot`].
+pub struct RocksIterator {
+    cell: IterCell,
+    /// Scratch buffer for `z + seek target`.
+    target: Vec<u8>,
+}
+
+impl RocksIterator {
+    fn set_target(&mut self, key: &[u8]) {
+        self.target.clear();
+        self.target.push(DATA_PREFIX);
+        self.target.extend_from_slice(key);
+    }
+
+    fn status(&self) -> Result<bool> {
+        let it = self.cell.borrow_dependent();
+        it.status()?;
+        Ok(it.valid())
+    }
+}
+
+impl EngineIterator for RocksIterator {
+    fn seek(&mut self, key: &[u8]) -> Result<bool> {
+        self.set_target(key);
+        let target = &self.target;
+        self.cell.with_dependent_mut(|_, it| it.seek(target));
+        self.status()
+    }
+
+    fn seek_for_prev(&mut self, key: &[u8]) -> Result<bool> {
+        self.set_target(key);
+        let target = &self.target;
+        self.cell
+            .with_dependent_mut(|_, it| it.seek_for_prev(target));
+        self.status()
+    }
+
+    fn seek_to_first(&mut self) -> Result<bool> {
+        self.cell.with_dependent_mut(|_, it| it.seek_to_first());
+        self.status()
+    }
+
+    fn seek_to_last(&mut self) -> Result<bool> {
+        self.cell.with_dependent_mut(|_, it| it.seek_to_last());
+        self.status()
+    }
+
+    fn next(&mut self) -> Result<bool> {
+        self.cell.with_dependent_mut(|_, it| {
+            if it.valid() {
+                it.next()
+            }
+        });
+        self.status()
+    }
+
+    fn prev(&mut self) -> Result<bool> {
+        self.cell.with_dependent_mut(|_, it| {
+            if it.valid() {
+                it.prev()
+            }
+        });
+        self.status()
+    }
+
+    fn valid(&self) -> Result<bool> {
+        let it = self.cell.borrow_dependent();
+        it.status()?;
+        Ok(it.valid())
+    }
+
+    fn key(&self) -> &[u8] {
+        // Stored keys always carry the data prefix: strip it.
+        self.cell
+            .borrow_dependent()
+            .key()
+            .and_then(|k| k.get(1..))
+            .unwrap_or(&[])
+    }
+
+    fn value(&self) -> &[u8] {
+        self.cell.borrow_dependent().value().unwrap_or(&[])
+    }
+}

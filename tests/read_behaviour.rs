@@ -1,0 +1,818 @@
+//! BEHAVIOUR.md groups A (point get) and B (scan), one named test per
+//! scenario, each run on the memory engine and on RocksDB.
+//!
+//! The data is written record by record with `MvccFixture` (a prewrite puts
+//! a lock, a commit turns it into a write record, a rollback leaves a
+//! Rollback record): these tests are about what readers make of the records.
+//!
+//! Not here, because the layer they need comes later: A10's push through
+//! CheckTxnStatus (the pushed lock is written directly instead), A20 (max_ts
+//! is the concurrency manager's), B2 (the argument order of Storage's scan)
+//! and B13 (in-memory locks).
+
+use percolate::engine::testing::temp_rocks_engine;
+use percolate::engine::{Engine, MemoryEngine};
+use percolate::mvcc::testing::{MvccFixture, ts};
+use percolate::mvcc::{
+    Error, IsolationLevel, Key, Lock, LockType, PointGetterBuilder, RollbackProtection, TimeStamp,
+    TsSet, Write, WriteConflictReason, WriteType,
+};
+
+const MAX: TimeStamp = TimeStamp::max();
+
+fn get_with<E: Engine>(
+    f: &MvccFixture<E>,
+    key: &[u8],
+    read_ts: u64,
+    configure: impl FnOnce(PointGetterBuilder<E::Snap>) -> PointGetterBuilder<E::Snap>,
+) -> Result<Option<Vec<u8>>, Error> {
+    configure(PointGetterBuilder::new(f.engine().snapshot(), ts(read_ts)))
+        .build()
+        .get(&Key::from_raw(key))
+}
+
+fn set<const N: usize>(tss: [u64; N]) -> TsSet {
+    tss.into_iter().collect()
+}
+
+/// Forward or backward scan results as `key => value` or `key => locked`.
+fn scan<E: Engine>(
+    f: &MvccFixture<E>,
+    read_ts: u64,
+    reverse: bool,
+    configure: impl FnOnce(
+        percolate::mvcc::ScannerBuilder<E::Snap>,
+    ) -> percolate::mvcc::ScannerBuilder<E::Snap>,
+) -> Vec<String> {
+    let mut scanner = configure(f.scanner(ts(read_ts)).reverse(reverse))
+        .build()
+        .unwrap();
+    scanner
+        .scan(0)
+        .unwrap()
+        .into_iter()
+        .map(|entry| match entry {
+            Ok((key, value)) => format!("{key}={}", String::from_utf8_lossy(&value)),
+            Err(Error::KeyIsLocked(info)) => {
+                format!(
+                    "{}=locked@{}",
+                    String::from_utf8_lossy(&info.key),
+                    info.lock_version
+                )
+            }
+            Err(e) => panic!("unexpected per-key error {e}"),
+        })
+        .collect()
+}
+
+fn reversed(mut v: Vec<String>) -> Vec<String> {
+    v.reverse();
+    v
+}
+
+fn pessimistic_lock(primary: &[u8], start_ts: u64, for_update_ts: u64) -> Lock {
+    Lock {
+        for_update_ts: ts(for_update_ts),
+        ..Lock::new(LockType::Pessimistic, primary.to_vec(), ts(start_ts), 3000)
+    }
+}
+
+// ---------------------------------------------------------------- group A
+
+/// A1: an empty key reads as none; a rolled-back prewrite leaves nothing
+/// visible.
+fn a1_empty_key_and_rollback_are_invisible<E: Engine>(f: MvccFixture<E>) {
+    f.must_get_none(b"k", 1);
+    f.prewrite_put(b"k", b"v", b"k", 2);
+    f.rollback(b"k", 2, RollbackProtection::Protected);
+    f.must_get_none(b"k", 3);
+    assert!(f.load_lock(b"k").is_none());
+}
+
+/// A2: a committed Lock record is not data; a read steps over it to the
+/// older Put.
+fn a2_lock_records_are_not_data<E: Engine>(f: MvccFixture<E>) {
+    f.lock_committed(b"k", 3, 4);
+    f.must_get_none(b"k", 5);
+    f.put_committed(b"k2", b"v0", 1, 2);
+    f.lock_committed(b"k2", 3, 4);
+    f.must_get(b"k2", 5, b"v0");
+}
+
+/// A3's setup: txn 5 prewrites k1 (primary) and k2 (secondary).
+fn a3_setup<E: Engine>(f: &MvccFixture<E>) {
+    f.prewrite_put(b"k1", b"v", b"k1", 5);
+    f.prewrite_put(b"k2", b"v", b"k1", 5);
+}
+
+/// A4: a read at u64::MAX skips a plain 2PC primary lock but not a
+/// secondary, and not an async-commit or 1PC primary.
+fn a4_max_ts_read_skips_only_plain_primary_lock<E: Engine>(f: MvccFixture<E>) {
+    a3_setup(&f);
+    assert_eq!(f.get(b"k1", MAX).unwrap(), None);
+    f.must_get_locked(b"k2", MAX, 5);
+    // An async-commit primary may already count as committed.
+    let (mut lock, _) = MvccFixture::<E>::prewrite_lock(LockType::Put, b"k3", 6, Some(b"v"));
+    lock.use_async_commit = true;
+    lock.secondaries = vec![b"k4".to_vec()];
+    f.put_lock(b"k3", lock, None);
+    f.must_get_locked(b"k3", MAX, 6);
+    // A lock the read ts is above blocks at SI as usual.
+    f.must_get_locked(b"k1", ts(6), 5);
+}
+
+/// A5: visibility is commit_ts <= read_ts, whatever the start_ts.
+fn a5_visibility_is_commit_ts_at_or_below_read_ts<E: Engine>(f: MvccFixture<E>) {
+    a3_setup(&f);
+    f.commit(b"k1", 5, 10);
+    f.commit(b"k2", 5, 10);
+    f.must_get_none(b"k1", 3);
+    f.must_get_none(b"k1", 7);
+    f.must_get(b"k1", 10, b"v");
+    f.must_get(b"k1", 13, b"v");
+    assert_eq!(f.get(b"k1", MAX).unwrap().as_deref(), Some(&b"v"[..]));
+    f.must_get(b"k2", 10, b"v");
+}
+
+/// A7: a pessimistic lock never blocks reads; once prewritten it does, but
+/// a MAX read still skips it as a primary.
+fn a7_pessimistic_lock_never_blocks_reads<E: Engine>(f: MvccFixture<E>) {
+    f.put_committed(b"k", b"v", 25, 27);
+    f.put_lock(b"k", pessimistic_lock(b"k", 23, 29), None);
+    f.must_get(b"k", 30, b"v");
+    // The pessimistic prewrite of a Delete replaces the lock.
+    let delete = Lock {
+        for_update_ts: ts(29),
+        ..Lock::new(LockType::Delete, b"k".to_vec(), ts(23), 3000)
+    };
+    f.put_lock(b"k", delete, None);
+    f.must_get_locked(b"k", ts(30), 23);
+    assert_eq!(f.get(b"k", MAX).unwrap().as_deref(), Some(&b"v"[..]));
+    f.commit(b"k", 23, 31);
+    f.must_get(b"k", 30, b"v");
+    f.must_get_none(b"k", 32);
+}
+
+/// A8: a lock whose ts equals the read ts blocks; an older read does not
+/// see it.
+fn a8_lock_ts_equal_to_read_ts_blocks<E: Engine>(f: MvccFixture<E>) {
+    f.put_committed(b"foo2", b"old", 1, 2);
+    f.prewrite_put(b"foo2", b"new", b"foo2", 4);
+    f.must_get_locked(b"foo2", ts(4), 4);
+    f.must_get(b"foo2", 3, b"old");
+}
+
+/// A10: a lock with min_commit_ts > read_ts is ignored (strictly greater);
+/// once pushed above the read ts, it stops blocking.
+fn a10_min_commit_ts_above_read_ts_is_ignored<E: Engine>(f: MvccFixture<E>) {
+    f.put_committed(b"k", b"old", 1, 2);
+    let (mut lock, _) = MvccFixture::<E>::prewrite_lock(LockType::Put, b"k", 80, Some(b"new"));
+    lock.min_commit_ts = ts(100);
+    f.put_lock(b"k", lock, None);
+    f.must_get(b"k", 85, b"old");
+    f.must_get(b"k", 99, b"old");
+    f.must_get_locked(b"k", ts(100), 80);
+
+    // A large transaction's lock, then the same lock after a status check
+    // pushed its min_commit_ts past the reader.
+    let start = TimeStamp::compose(5, 0);
+    let reader = TimeStamp::compose(6, 0);
+    f.put_committed(b"big", b"old", 1, 2);
+    let mut lock = Lock::new(LockType::Put, b"big".to_vec(), start, 100);
+    lock.min_commit_ts = TimeStamp::compose(5, 1);
+    lock.short_value = Some(b"new".to_vec());
+    f.put_lock(b"big", lock.clone(), None);
+    f.must_get_locked(b"big", reader, start.into_inner());
+    lock.min_commit_ts = reader.next();
+    f.put_lock(b"big", lock, None);
+    assert_eq!(f.get(b"big", reader).unwrap().as_deref(), Some(&b"old"[..]));
+}
+
+/// A11: locks of transactions in bypass_locks are ignored; others block.
+fn a11_bypass_locks<E: Engine>(f: MvccFixture<E>) {
+    f.put_committed(b"k", b"v", 10, 20);
+    f.prewrite_delete(b"k", b"k", 30);
+    let got = get_with(&f, b"k", 60, |b| b.bypass_locks(set([30, 40, 50]))).unwrap();
+    assert_eq!(got.as_deref(), Some(&b"v"[..]));
+    let err = get_with(&f, b"k", 60, |b| b.bypass_locks(set([29, 31]))).unwrap_err();
+    assert!(
+        matches!(err, Error::KeyIsLocked(ref info) if info.lock_version == ts(30)),
+        "{err}"
+    );
+}
+
+/// A13: access_locks is used only when the lock would otherwise block;
+/// then the lock's own value is returned (none for a Delete).
+fn a13_access_locks_only_when_the_lock_would_block<E: Engine>(f: MvccFixture<E>) {
+    let access = || set([30, 40, 50, 60, 70, 80]);
+    let keys: [&[u8]; 7] = [
+        b"above",
+        b"locktype",
+        b"pessimistic",
+        b"pushed",
+        b"bypassed",
+        b"put",
+        b"delete",
+    ];
+    for key in keys {
+        f.put_committed(key, b"old", 10, 20);
+    }
+    f.prewrite_put(b"above", b"new", b"above", 70);
+    f.prewrite_lock_only(b"locktype", b"locktype", 30);
+    f.put_lock(
+        b"pessimistic",
+        pessimistic_lock(b"pessimistic", 40, 40),
+        None,
+    );
+    let (mut pushed, _) =
+        MvccFixture::<E>::prewrite_lock(LockType::Put, b"pushed", 50, Some(b"new"));
+    pushed.min_commit_ts = ts(66);
+    f.put_lock(b"pushed", pushed, None);
+    f.prewrite_put(b"bypassed", b"new", b"bypassed", 60);
+    f.prewrite_put(b"put", b"new", b"put", 80);
+    f.put_lock(
+        b"delete",
+        Lock::new(LockType::Delete, b"delete".to_vec(), ts(80), 0),
+        None,
+    );
+    let read = |key: &[u8], bypass: TsSet| {
+        get_with(&f, key, 65, |b| {
+            b.access_locks(access()).bypass_locks(bypass)
+        })
+        .unwrap()
+    };
+    for key in [&b"above"[..], b"locktype", b"pessimistic", b"pushed"] {
+        assert_eq!(
+            read(key, TsSet::new()).as_deref(),
+            Some(&b"old"[..]),
+            "{}",
+            String::from_utf8_lossy(key)
+        );
+    }
+    assert_eq!(read(b"bypassed", set([60])).as_deref(), Some(&b"old"[..]));
+    let late = |key: &[u8]| get_with(&f, key, 90, |b| b.access_locks(access())).unwrap();
+    assert_eq!(late(b"put").as_deref(), Some(&b"new"[..]));
+    assert_eq!(late(b"delete"), None);
+    // A long value is read from the default CF at the lock's start_ts.
+    let long = vec![b'L'; 300];
+    f.prewrite_put(b"long", &long, b"long", 80);
+    assert_eq!(late(b"long"), Some(long));
+}
+
+/// A14: RC ignores locks entirely; SI is blocked.
+fn a14_rc_ignores_locks<E: Engine>(f: MvccFixture<E>) {
+    f.put_committed(b"k", b"v1", 5, 10);
+    f.prewrite_put(b"k", b"v2", b"k", 15);
+    let rc = get_with(&f, b"k", 20, |b| b.isolation_level(IsolationLevel::Rc)).unwrap();
+    assert_eq!(rc.as_deref(), Some(&b"v1"[..]));
+    f.must_get_locked(b"k", ts(20), 15);
+}
+
+/// A16: at RcCheckTs any Put/Delete lock conflicts, even above the read ts;
+/// Lock-type and pessimistic locks do not.
+fn a16_rc_check_ts_conflicts_on_any_put_or_delete_lock<E: Engine>(f: MvccFixture<E>) {
+    f.prewrite_put(b"k3", b"v3", b"k3", 50);
+    let err = get_with(&f, b"k3", 45, |b| {
+        b.isolation_level(IsolationLevel::RcCheckTs)
+    })
+    .unwrap_err();
+    match err {
+        Error::WriteConflict {
+            conflict_start_ts,
+            conflict_commit_ts,
+            reason,
+            ..
+        } => {
+            assert_eq!((conflict_start_ts, conflict_commit_ts), (ts(50), ts(0)));
+            assert_eq!(reason, WriteConflictReason::RcCheckTs);
+        }
+        other => panic!("expected WriteConflict, got {other}"),
+    }
+    f.put_committed(b"k4", b"v4", 1, 2);
+    f.prewrite_lock_only(b"k4", b"k4", 60);
+    f.put_committed(b"k5", b"v5", 3, 4);
+    f.put_lock(b"k5", pessimistic_lock(b"k5", 65, 65), None);
+    for (key, value) in [(&b"k4"[..], &b"v4"[..]), (b"k5", b"v5")] {
+        let got = get_with(&f, key, 70, |b| {
+            b.isolation_level(IsolationLevel::RcCheckTs)
+        })
+        .unwrap();
+        assert_eq!(got.as_deref(), Some(value));
+    }
+}
+
+/// A17: many Lock records with nothing underneath read as none.
+fn a17_many_lock_records_with_nothing_underneath<E: Engine>(f: MvccFixture<E>) {
+    for i in 0..15 {
+        f.lock_committed(b"k", 2 * i + 1, 2 * i + 2);
+    }
+    f.must_get_none(b"k", 40);
+    // And with a Put underneath, it is found through all of them.
+    f.put_committed(b"k2", b"v", 1, 2);
+    for i in 1..15 {
+        f.lock_committed(b"k2", 2 * i + 1, 2 * i + 2);
+    }
+    f.must_get(b"k2", 40, b"v");
+}
+
+/// The A19 grid: records rewritten with a gc_fence.
+fn a19_setup<E: Engine>(f: &MvccFixture<E>) -> Vec<(&'static [u8], Option<&'static [u8]>)> {
+    let put = |key: &[u8], start: u64, commit: u64, fence: Option<u64>| {
+        let value = [&b"v"[..], &key[1..]].concat();
+        let write = Write::new(WriteType::Put, ts(start), Some(value))
+            .set_overlapped_rollback(true, fence.map(ts));
+        f.put_write(key, commit, &write);
+    };
+    let record = |key: &[u8], write_type: WriteType, commit: u64, fence: Option<u64>| {
+        let write = Write::new(write_type, ts(commit - 1), None);
+        let write = match fence {
+            Some(fence) => write.set_overlapped_rollback(true, Some(ts(fence))),
+            None => write,
+        };
+        f.put_write(key, commit, &write);
+    };
+    put(b"k1", 19, 20, Some(50));
+    put(b"k2", 19, 20, Some(40));
+    put(b"k3", 19, 20, Some(30));
+    put(b"k4", 13, 14, Some(20));
+    put(b"k4", 19, 20, Some(30));
+    put(b"k5", 13, 14, Some(20));
+    record(b"k5", WriteType::Delete, 20, Some(30));
+    put(b"k6", 19, 20, Some(50));
+    record(b"k6", WriteType::Lock, 26, None);
+    record(b"k6", WriteType::Lock, 29, None);
+    put(b"k7", 19, 20, Some(27));
+    record(b"k7", WriteType::Lock, 26, None);
+    record(b"k7", WriteType::Lock, 29, None);
+    put(b"k8", 29, 30, Some(0));
+    put(b"k9", 19, 20, Some(27));
+    record(b"k9", WriteType::Lock, 26, None);
+    vec![
+        (b"k1", Some(b"v1")),
+        (b"k2", None),
+        (b"k3", None),
+        (b"k4", None),
+        (b"k5", None),
+        (b"k6", Some(b"v6")),
+        (b"k7", None),
+        (b"k8", Some(b"v8")),
+        (b"k9", None),
+    ]
+}
+
+/// A19: a record whose gc_fence is non-zero and at or below the read ts is
+/// treated as gone, by point gets and by scans in both directions.
+fn a19_gc_fence_is_honoured_on_read<E: Engine>(f: MvccFixture<E>) {
+    let expected = a19_setup(&f);
+    for (key, value) in &expected {
+        assert_eq!(
+            f.get(key, ts(40)).unwrap().as_deref(),
+            *value,
+            "{}",
+            String::from_utf8_lossy(key)
+        );
+    }
+    let visible: Vec<String> = expected
+        .iter()
+        .filter_map(|(k, v)| {
+            v.map(|v| {
+                format!(
+                    "{}={}",
+                    String::from_utf8_lossy(k),
+                    String::from_utf8_lossy(v)
+                )
+            })
+        })
+        .collect();
+    assert_eq!(scan(&f, 40, false, |b| b), visible);
+    assert_eq!(scan(&f, 40, true, |b| b), reversed(visible));
+}
+
+// ---------------------------------------------------------------- group B
+
+/// B1's data: keys [1]..[6], versions committed at 1 (""), 7 ([i]) and 14
+/// (""), read at 10.
+fn b1_setup<E: Engine>(f: &MvccFixture<E>) {
+    for i in 1u8..=6 {
+        for (commit, value) in [(1, vec![]), (7, vec![b'0' + i]), (14, vec![])] {
+            let write = Write::new(WriteType::Put, ts(commit), Some(value));
+            f.put_write(&[b'0' + i], commit, &write);
+        }
+    }
+}
+
+/// B1: lower bound inclusive, upper exclusive, in both directions.
+fn b1_scan_bounds<E: Engine>(f: MvccFixture<E>) {
+    b1_setup(&f);
+    let range = |lo: Option<&[u8]>, hi: Option<&[u8]>, reverse| {
+        scan(&f, 10, reverse, |b| {
+            b.range(lo.map(Key::from_raw), hi.map(Key::from_raw))
+        })
+    };
+    let pairs = |keys: &[u8]| {
+        keys.iter()
+            .map(|k| format!("{0}={0}", *k as char))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(range(Some(b"3"), Some(b"5"), false), pairs(b"34"));
+    assert_eq!(range(Some(b"3"), Some(b"5"), true), pairs(b"43"));
+    assert_eq!(range(None, Some(b"3"), false), pairs(b"12"));
+    assert_eq!(range(None, Some(b"3"), true), pairs(b"21"));
+    assert_eq!(range(Some(b"5"), None, false), pairs(b"56"));
+    assert_eq!(range(Some(b"5"), None, true), pairs(b"65"));
+    assert_eq!(range(None, None, false), pairs(b"123456"));
+    assert_eq!(range(None, None, true), pairs(b"654321"));
+    // At 14 every value is empty; at 0 nothing is visible.
+    assert_eq!(scan(&f, 14, false, |b| b).len(), 6);
+    assert!(scan(&f, 0, true, |b| b).is_empty());
+}
+
+/// B4: locked keys yield per-key KeyIsLocked entries that count toward the
+/// limit, and the scan goes on; any other error fails the scan.
+fn b4_locked_keys_are_per_key_entries<E: Engine>(f: MvccFixture<E>) {
+    for key in [b"a", b"b", b"c"] {
+        f.prewrite_put(key, b"v", b"a", 1);
+    }
+    let all = vec!["a=locked@1", "b=locked@1", "c=locked@1"];
+    assert_eq!(scan(&f, 5, false, |b| b), all);
+    assert_eq!(
+        scan(&f, 5, true, |b| b),
+        reversed(all.iter().map(|s| s.to_string()).collect())
+    );
+    let mut scanner = f.scanner(ts(5)).build().unwrap();
+    let limited = scanner.scan(2).unwrap();
+    assert_eq!(limited.len(), 2);
+    assert!(
+        limited
+            .iter()
+            .all(|e| matches!(e, Err(Error::KeyIsLocked(_))))
+    );
+    // Bad bytes in the lock CF are not a per-key entry.
+    let mut batch = percolate::engine::WriteBatch::new();
+    batch.put(
+        percolate::engine::Cf::Lock,
+        Key::from_raw(b"b").into_encoded(),
+        vec![b'X', 1, 2],
+    );
+    f.engine().write(&batch, Default::default()).unwrap();
+    let err = f.scanner(ts(5)).build().unwrap().scan(0).unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+}
+
+/// B5: lock filtering in scans matches point gets.
+fn b5_scan_lock_filtering_matches_point_get<E: Engine>(f: MvccFixture<E>) {
+    for i in 0u8..5 {
+        let key = [b'0' + i];
+        f.put_committed(&key, format!("old{i}").as_bytes(), 1, 2);
+        f.put_committed(&key, format!("new{i}").as_bytes(), 10, 100);
+    }
+    f.put_lock(b"1", pessimistic_lock(b"1", 20, 20), None);
+    f.put_lock(b"2", pessimistic_lock(b"2", 50, 50), None);
+    f.put_lock(b"3", pessimistic_lock(b"3", 105, 105), None);
+    f.prewrite_put(b"4", b"pending", b"4", 105);
+    let values = |v: &str| (0..5).map(|i| format!("{i}={v}{i}")).collect::<Vec<_>>();
+    for (read_ts, v) in [(30, "old"), (70, "old"), (103, "new")] {
+        assert_eq!(scan(&f, read_ts, false, |b| b), values(v));
+        assert_eq!(scan(&f, read_ts, true, |b| b), reversed(values(v)));
+    }
+    let mut expected = values("new");
+    expected[4] = "4=locked@105".to_string();
+    assert_eq!(scan(&f, 106, false, |b| b), expected);
+    assert_eq!(scan(&f, 106, true, |b| b), reversed(expected));
+    for i in 0..4u8 {
+        assert!(f.get(&[b'0' + i], ts(106)).is_ok());
+    }
+    f.must_get_locked(b"4", ts(106), 105);
+}
+
+/// B7: bypass_locks in scans.
+fn b7_scan_bypass_locks<E: Engine>(f: MvccFixture<E>) {
+    for i in 0u8..5 {
+        let key = [b'0' + i];
+        f.put_committed(&key, format!("v{i}").as_bytes(), 10, 20);
+        f.prewrite_put(&key, b"pending", &key, 30 + 10 * i as u64);
+    }
+    let expected = vec!["0=v0", "1=locked@40", "2=v2", "3=locked@60", "4=v4"];
+    let expected: Vec<String> = expected.into_iter().map(String::from).collect();
+    assert_eq!(
+        scan(&f, 65, false, |b| b.bypass_locks(set([30, 41, 50]))),
+        expected
+    );
+    assert_eq!(
+        scan(&f, 65, true, |b| b.bypass_locks(set([30, 41, 50]))),
+        reversed(expected)
+    );
+}
+
+/// B8: access_locks in scans: committed transactions' pending values are
+/// read where their locks would block; a Delete hides the key.
+fn b8_scan_access_locks<E: Engine>(f: MvccFixture<E>) {
+    for i in 0u8..9 {
+        f.put_committed(&[b'0' + i], b"old", 10, 20);
+    }
+    f.prewrite_put(b"0", b"new", b"0", 30);
+    f.prewrite_put(b"1", &[b'N'; 300], b"1", 40);
+    f.prewrite_delete(b"2", b"2", 50);
+    f.prewrite_lock_only(b"3", b"3", 60);
+    f.prewrite_put(b"4", b"new", b"4", 70);
+    f.prewrite_put(b"5", b"new", b"5", 80);
+    f.prewrite_put(b"6", b"new", b"6", 100);
+    f.prewrite_put(b"8", b"new", b"8", 90);
+    let long_new = format!("1={}", "N".repeat(300));
+    let expected: Vec<String> = [
+        "0=new",
+        &long_new,
+        "3=old",
+        "4=locked@70",
+        "5=old",
+        "6=old",
+        "7=old",
+        "8=new",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    let configure = |b: percolate::mvcc::ScannerBuilder<E::Snap>| {
+        b.access_locks(set([30, 40, 50, 60, 90]))
+            .bypass_locks(set([80]))
+    };
+    assert_eq!(scan(&f, 95, false, configure), expected);
+    assert_eq!(scan(&f, 95, true, configure), reversed(expected));
+}
+
+/// B10: an RC scan never reads the lock CF.
+fn b10_rc_scan_never_reads_the_lock_cf<E: Engine>(f: MvccFixture<E>) {
+    f.put_committed(b"foo1", b"bar1", 10, 20);
+    f.put_committed(b"foo2", b"bar2", 30, 40);
+    f.prewrite_put(b"foo1", b"bar3", b"foo1", 50);
+    for reverse in [false, true] {
+        let mut scanner = f
+            .scanner(ts(60))
+            .reverse(reverse)
+            .isolation_level(IsolationLevel::Rc)
+            .build()
+            .unwrap();
+        let got: Vec<_> = scanner
+            .scan(0)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.unwrap().1)
+            .collect();
+        let mut want = vec![b"bar1".to_vec(), b"bar2".to_vec()];
+        if reverse {
+            want.reverse();
+        }
+        assert_eq!(got, want);
+        assert_eq!(scanner.statistics().lock.total(), 0);
+    }
+}
+
+/// B11: an RcCheckTs scan fails at the first newer commit or Put/Delete
+/// lock; Lock-type and pessimistic locks do not count.
+fn b11_rc_check_ts_scan_fails_on_first_conflict<E: Engine>(f: MvccFixture<E>) {
+    f.put_committed(b"k0", b"v0", 1, 2);
+    f.put_committed(b"k1", b"v1", 3, 4);
+    f.put_committed(b"k2", b"v2", 40, 42);
+    f.put_committed(b"k3", b"v3", 5, 6);
+    f.prewrite_lock_only(b"k3", b"k3", 60);
+    f.put_committed(b"k4", b"v4", 7, 8);
+    f.put_lock(b"k4", pessimistic_lock(b"k4", 65, 65), None);
+    f.put_committed(b"k5", b"v5", 9, 10);
+    f.put_committed(b"k6", b"v6", 11, 12);
+    f.prewrite_put(b"k6", b"v6new", b"k6", 75);
+    let walk = |read_ts: u64, reverse: bool| {
+        let mut scanner = f
+            .scanner(ts(read_ts))
+            .reverse(reverse)
+            .isolation_level(IsolationLevel::RcCheckTs)
+            .build()
+            .unwrap();
+        let mut keys = Vec::new();
+        loop {
+            match scanner.next() {
+                Ok(Some((key, _))) => keys.push(key.to_raw().unwrap()),
+                Ok(None) => return (keys, None),
+                Err(Error::WriteConflict {
+                    key,
+                    conflict_start_ts,
+                    reason,
+                    ..
+                }) => {
+                    assert_eq!(reason, WriteConflictReason::RcCheckTs);
+                    return (keys, Some((key.to_raw().unwrap(), conflict_start_ts)));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+    let keys = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| n.as_bytes().to_vec())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        walk(35, false),
+        (keys(&["k0", "k1"]), Some((b"k2".to_vec(), ts(40))))
+    );
+    assert_eq!(
+        walk(70, false),
+        (
+            keys(&["k0", "k1", "k2", "k3", "k4", "k5"]),
+            Some((b"k6".to_vec(), ts(75)))
+        )
+    );
+    assert_eq!(walk(70, true), (vec![], Some((b"k6".to_vec(), ts(75)))));
+    assert_eq!(walk(35, true).1, Some((b"k6".to_vec(), ts(75))));
+    f.rollback(b"k6", 75, RollbackProtection::Protected);
+    assert_eq!(
+        walk(70, true),
+        (keys(&["k6", "k5", "k4", "k3", "k2", "k1", "k0"]), None)
+    );
+    assert_eq!(
+        walk(35, true),
+        (
+            keys(&["k6", "k5", "k4", "k3"]),
+            Some((b"k2".to_vec(), ts(40)))
+        )
+    );
+}
+
+// ------------------------------------------------ beyond the catalogue
+
+/// Key-only scans never read the default CF; long values are loaded from
+/// it otherwise.
+fn scan_key_only_and_long_values<E: Engine>(f: MvccFixture<E>) {
+    let long = vec![b'x'; 1000];
+    f.put_committed(b"long", &long, 1, 2);
+    f.put_committed(b"short", b"s", 3, 4);
+    for reverse in [false, true] {
+        let mut scanner = f
+            .scanner(ts(10))
+            .reverse(reverse)
+            .key_only(true)
+            .build()
+            .unwrap();
+        let got = scanner.scan(0).unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(got.iter().all(|e| e.as_ref().unwrap().1.is_empty()));
+        assert_eq!(scanner.statistics().data.get, 0);
+        let mut scanner = f.scanner(ts(10)).reverse(reverse).build().unwrap();
+        let got: Vec<_> = scanner
+            .scan(0)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.unwrap().1)
+            .collect();
+        let want = if reverse {
+            vec![b"s".to_vec(), long.clone()]
+        } else {
+            vec![long.clone(), b"s".to_vec()]
+        };
+        assert_eq!(got, want);
+    }
+}
+
+/// A short value costs exactly one write-CF seek and one lock-CF get; a
+/// long one adds one default-CF get.
+fn point_get_costs_one_write_cf_lookup<E: Engine>(f: MvccFixture<E>) {
+    f.put_committed(b"short", b"v", 1, 2);
+    f.put_committed(b"long", &[b'v'; 256], 3, 4);
+    let mut getter = PointGetterBuilder::new(f.engine().snapshot(), ts(10)).build();
+    assert_eq!(
+        getter.get(&Key::from_raw(b"short")).unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+    let stats = *getter.statistics();
+    assert_eq!(
+        (
+            stats.write.seek,
+            stats.write.next,
+            stats.lock.get,
+            stats.data.get
+        ),
+        (1, 0, 1, 0)
+    );
+    assert_eq!(
+        getter
+            .get(&Key::from_raw(b"long"))
+            .unwrap()
+            .map(|v| v.len()),
+        Some(256)
+    );
+    assert_eq!(getter.statistics().data.get, 1);
+}
+
+/// Many versions above and below the read ts, in both directions: the
+/// scanners seek over long runs and still land on the right version.
+fn scan_many_versions<E: Engine>(f: MvccFixture<E>) {
+    for key in [b"a", b"b", b"c"] {
+        for v in 0..20u64 {
+            f.put_committed(key, format!("{v}").as_bytes(), 10 * v + 1, 10 * v + 2);
+            f.lock_committed(key, 10 * v + 5, 10 * v + 6);
+        }
+    }
+    f.delete_committed(b"b", 300, 301);
+    for (read_ts, want) in [(95, "9"), (100, "9"), (102, "10"), (500, "19")] {
+        let expect_b = if read_ts >= 301 { None } else { Some(want) };
+        let mut expected = vec![format!("a={want}")];
+        if let Some(b) = expect_b {
+            expected.push(format!("b={b}"));
+        }
+        expected.push(format!("c={want}"));
+        assert_eq!(scan(&f, read_ts, false, |b| b), expected, "at {read_ts}");
+        assert_eq!(
+            scan(&f, read_ts, true, |b| b),
+            reversed(expected),
+            "at {read_ts}"
+        );
+    }
+}
+
+/// A Put whose long value is missing from the default CF is reported as
+/// DefaultNotFound, and bad record bytes as Corruption naming the CF and
+/// key; neither panics.
+fn damaged_records_are_errors<E: Engine>(f: MvccFixture<E>) {
+    let write = Write::new(WriteType::Put, ts(1), None);
+    f.put_write(b"nodata", 2, &write);
+    let err = f.get(b"nodata", ts(5)).unwrap_err();
+    assert!(
+        matches!(err, Error::DefaultNotFound { start_ts, .. } if start_ts == ts(1)),
+        "{err}"
+    );
+    let mut batch = percolate::engine::WriteBatch::new();
+    batch.put(
+        percolate::engine::Cf::Write,
+        Key::from_raw(b"bad").append_ts(ts(3)).into_encoded(),
+        vec![b'P'],
+    );
+    batch.put(
+        percolate::engine::Cf::Lock,
+        Key::from_raw(b"badlock").into_encoded(),
+        vec![b'P', 0x7f],
+    );
+    f.engine().write(&batch, Default::default()).unwrap();
+    let err = f.get(b"bad", ts(5)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Corruption {
+                cf: percolate::engine::Cf::Write,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = f.get(b"badlock", ts(5)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Corruption {
+                cf: percolate::engine::Cf::Lock,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("lock"), "{err}");
+    let err = f.scanner(ts(5)).build().unwrap().scan(0).unwrap_err();
+    assert!(err.is_corruption());
+}
+
+macro_rules! on_both_engines {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[test] fn $name() { super::$name(super::MvccFixture::new(super::MemoryEngine::new())); })*
+        }
+        mod rocks {
+            $(#[test] fn $name() { super::$name(super::MvccFixture::new(super::temp_rocks_engine())); })*
+        }
+    };
+}
+
+on_both_engines!(
+    a1_empty_key_and_rollback_are_invisible,
+    a2_lock_records_are_not_data,
+    a4_max_ts_read_skips_only_plain_primary_lock,
+    a5_visibility_is_commit_ts_at_or_below_read_ts,
+    a7_pessimistic_lock_never_blocks_reads,
+    a8_lock_ts_equal_to_read_ts_blocks,
+    a10_min_commit_ts_above_read_ts_is_ignored,
+    a11_bypass_locks,
+    a13_access_locks_only_when_the_lock_would_block,
+    a14_rc_ignores_locks,
+    a16_rc_check_ts_conflicts_on_any_put_or_delete_lock,
+    a17_many_lock_records_with_nothing_underneath,
+    a19_gc_fence_is_honoured_on_read,
+    b1_scan_bounds,
+    b4_locked_keys_are_per_key_entries,
+    b5_scan_lock_filtering_matches_point_get,
+    b7_scan_bypass_locks,
+    b8_scan_access_locks,
+    b10_rc_scan_never_reads_the_lock_cf,
+    b11_rc_check_ts_scan_fails_on_first_conflict,
+    scan_key_only_and_long_values,
+    point_get_costs_one_write_cf_lookup,
+    scan_many_versions,
+    damaged_records_are_errors,
+);

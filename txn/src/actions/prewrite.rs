@@ -1,0 +1,508 @@
+//! Prewrite: the first phase of a Percolator commit.
+//!
+//! For each key the transaction writes, prewrite checks that nothing
+//! happened to the key since the transaction's snapshot (no newer record, no
+//! other lock) and locks it, carrying a short value inside the lock and a
+//! long one into the default CF. The first key is the primary; every lock
+//! names it.
+//!
+//! Async commit and 1PC add a commit timestamp computed here instead of
+//! asked from the oracle: `min_commit_ts = max(max_ts + 1, start_ts + 1,
+//! requested min_commit_ts)`, where `max_ts` is the largest timestamp any
+//! reader of this region has used. A reader at `ts <= max_ts` either sees
+//! the lock or read before it, so committing above `max_ts` can never change
+//! what such a reader saw. If that ts would exceed the caller's
+//! `max_commit_ts`, the prewrite falls back to plain 2PC.
+
+use percolate_engine::Snapshot;
+use percolate_mvcc::{
+    Assertion, Key, Lock, LockType, MvccReader, MvccTxn, TimeStamp, Write, WriteConflictReason,
+    WriteType, is_short_value,
+};
+
+use crate::{Error, Result};
+
+/// What a mutation does to its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MutationKind {
+    /// Sets the value.
+    Put(Vec<u8>),
+    /// Removes the key.
+    Delete,
+    /// Locks the key without changing it (to make reads of it conflict).
+    Lock,
+    /// Sets the value, failing with `AlreadyExist` if the key exists.
+    Insert(Vec<u8>),
+    /// Fails with `AlreadyExist` if the key exists; writes nothing.
+    CheckNotExists,
+}
+
+/// One key of a prewrite.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mutation {
+    /// The key.
+    pub key: Key,
+    /// What to do.
+    pub kind: MutationKind,
+    /// What the key's existence must be, if checked. Defaults to unchecked.
+    pub assertion: Option<Assertion>,
+}
+
+impl Mutation {
+    fn new(key: Key, kind: MutationKind) -> Self {
+        Mutation {
+            key,
+            kind,
+            assertion: None,
+        }
+    }
+
+    /// A Put of `value`.
+    pub fn put(key: Key, value: Vec<u8>) -> Self {
+        Self::new(key, MutationKind::Put(value))
+    }
+
+    /// A Delete.
+    pub fn delete(key: Key) -> Self {
+        Self::new(key, MutationKind::Delete)
+    }
+
+    /// A lock-only mutation.
+    pub fn lock(key: Key) -> Self {
+        Self::new(key, MutationKind::Lock)
+    }
+
+    /// An Insert of `value`.
+    pub fn insert(key: Key, value: Vec<u8>) -> Self {
+        Self::new(key, MutationKind::Insert(value))
+    }
+
+    /// An existence check.
+    pub fn check_not_exists(key: Key) -> Self {
+        Self::new(key, MutationKind::CheckNotExists)
+    }
+
+    /// Adds an existence assertion.
+    #[must_use]
+    pub fn with_assertion(mut self, assertion: Assertion) -> Self {
+        self.assertion = Some(assertion);
+        self
+    }
+
+    fn should_not_exist(&self) -> bool {
+        matches!(
+            self.kind,
+            MutationKind::Insert(_) | MutationKind::CheckNotExists
+        )
+    }
+
+    fn lock_type(&self) -> Option<LockType> {
+        match self.kind {
+            MutationKind::Put(_) | MutationKind::Insert(_) => Some(LockType::Put),
+            MutationKind::Delete => Some(LockType::Delete),
+            MutationKind::Lock => Some(LockType::Lock),
+            MutationKind::CheckNotExists => None,
+        }
+    }
+}
+
+/// How the transaction will commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommitKind {
+    /// Classic Percolator: commit_ts from the oracle, primary first.
+    #[default]
+    TwoPc,
+    /// Async commit: committed once every key is prewritten, at the largest
+    /// min_commit_ts. Zero `max_commit_ts` means no limit.
+    Async {
+        /// The largest commit_ts the client accepts.
+        max_commit_ts: TimeStamp,
+    },
+    /// One phase: prewrite and commit in one write (one region, one batch).
+    OnePc {
+        /// The largest commit_ts the client accepts.
+        max_commit_ts: TimeStamp,
+    },
+}
+
+/// Everything about the transaction a prewrite needs besides its mutations.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransactionProperties {
+    /// The transaction's start_ts.
+    pub start_ts: TimeStamp,
+    /// The primary key, raw.
+    pub primary: Vec<u8>,
+    /// Lock TTL in milliseconds. Defaults to 0 (expires at once).
+    pub lock_ttl: u64,
+    /// Number of keys of the whole transaction, a hint for resolvers.
+    pub txn_size: u64,
+    /// The smallest commit_ts the client will use. Defaults to zero.
+    pub min_commit_ts: TimeStamp,
+    /// Defaults to [`CommitKind::TwoPc`].
+    pub commit_kind: CommitKind,
+    /// The region's max_ts, read after the keys were put in the in-memory
+    /// lock table (async commit and 1PC only).
+    pub max_ts: TimeStamp,
+}
+
+/// The outcome of prewriting one key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrewriteKeyResult {
+    /// The key's min_commit_ts for async commit and 1PC, zero otherwise.
+    pub min_commit_ts: TimeStamp,
+    /// For 1PC: the lock that would have been written, to be turned into a
+    /// commit record once the commit_ts is known.
+    pub one_pc_lock: Option<(Key, Lock)>,
+}
+
+/// Prewrites one mutation of the transaction `props.start_ts`.
+/// `secondaries` is given for the primary key of an async-commit
+/// transaction.
+pub fn prewrite<S: Snapshot>(
+    txn: &mut MvccTxn,
+    reader: &mut MvccReader<S>,
+    props: &TransactionProperties,
+    mutation: Mutation,
+    secondaries: Option<&[Vec<u8>]>,
+) -> Result<PrewriteKeyResult> {
+    debug_assert_eq!(txn.start_ts(), props.start_ts);
+    if let Some(existing) = check_lock(reader, props, &mutation.key)? {
+        return Ok(existing);
+    }
+    let newest = check_for_newer_version(reader, props, &mutation.key)?;
+    check_existence(reader, props, &mutation, newest)?;
+    let Some(lock_type) = mutation.lock_type() else {
+        return Ok(PrewriteKeyResult::default());
+    };
+    let mut lock = Lock::new(
+        lock_type,
+        props.primary.clone(),
+        props.start_ts,
+        props.lock_ttl,
+    );
+    lock.txn_size = props.txn_size;
+    lock.min_commit_ts = props.min_commit_ts;
+    if let MutationKind::Put(value) | MutationKind::Insert(value) = mutation.kind {
+        if is_short_value(&value) {
+            lock.short_value = Some(value);
+        } else {
+            txn.put_value(mutation.key.clone(), props.start_ts, value);
+        }
+    }
+    let min_commit_ts = commit_ts_bound(props, &mut lock, secondaries)?;
+    if matches!(props.commit_kind, CommitKind::OnePc { .. }) {
+        return Ok(PrewriteKeyResult {
+            min_commit_ts,
+            one_pc_lock: Some((mutation.key, lock)),
+        });
+    }
+    txn.put_lock(mutation.key, &lock);
+    Ok(PrewriteKeyResult {
+        min_commit_ts,
+        one_pc_lock: None,
+    })
+}
+
+/// Another transaction's lock blocks the prewrite; this transaction's own
+/// lock means the request is a retry and there is nothing to do.
+fn check_lock<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    props: &TransactionProperties,
+    key: &Key,
+) -> Result<Option<PrewriteKeyResult>> {
+    let Some(lock) = reader.load_lock(key)? else {
+        return Ok(None);
+    };
+    if lock.ts != props.start_ts {
+        return Err(super::key_is_locked(key, lock));
+    }
+    if lock.lock_type == LockType::Pessimistic {
+        return Err(percolate_mvcc::Error::LockTypeNotMatch {
+            start_ts: props.start_ts,
+            key: key.clone(),
+            pessimistic: true,
+        }
+        .into());
+    }
+    let min_commit_ts = if lock.use_async_commit {
+        lock.min_commit_ts
+    } else {
+        TimeStamp::zero()
+    };
+    Ok(Some(PrewriteKeyResult {
+        min_commit_ts,
+        one_pc_lock: None,
+    }))
+}
+
+/// Any record newer than the start_ts is a write conflict; a rollback of
+/// this very transaction (its own record, or another commit record marked
+/// overlapped at start_ts) means it was rolled back. Returns the newest
+/// record otherwise.
+fn check_for_newer_version<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    props: &TransactionProperties,
+    key: &Key,
+) -> Result<Option<(TimeStamp, Write)>> {
+    let Some((commit_ts, write)) = reader.seek_write(key, TimeStamp::max())? else {
+        return Ok(None);
+    };
+    let conflict = |reason| {
+        Err(Error::from(percolate_mvcc::Error::WriteConflict {
+            start_ts: props.start_ts,
+            conflict_start_ts: write.start_ts,
+            conflict_commit_ts: commit_ts,
+            key: key.clone(),
+            primary: props.primary.clone(),
+            reason,
+        }))
+    };
+    if commit_ts == props.start_ts
+        && (write.write_type == WriteType::Rollback || write.has_overlapped_rollback)
+    {
+        return conflict(WriteConflictReason::SelfRolledBack);
+    }
+    if commit_ts > props.start_ts {
+        return conflict(WriteConflictReason::Optimistic);
+    }
+    Ok(Some((commit_ts, write)))
+}
+
+/// The existing value's `(start_ts, commit_ts)`, if the key exists at the
+/// start_ts, found from the newest record.
+fn existing_version<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    start_ts: TimeStamp,
+    key: &Key,
+    newest: Option<(TimeStamp, Write)>,
+) -> Result<Option<(TimeStamp, TimeStamp)>> {
+    let Some((commit_ts, write)) = newest else {
+        return Ok(None);
+    };
+    match write.write_type {
+        WriteType::Put if write.as_ref().check_gc_fence_as_latest_version(start_ts) => {
+            Ok(Some((write.start_ts, commit_ts)))
+        }
+        WriteType::Put | WriteType::Delete => Ok(None),
+        _ if commit_ts.is_zero() => Ok(None),
+        _ => Ok(reader
+            .get_write_with_commit_ts(key, commit_ts.prev(), Some(start_ts))?
+            .map(|(put, put_commit_ts)| (put.start_ts, put_commit_ts))),
+    }
+}
+
+/// Insert / CheckNotExists and existence assertions.
+fn check_existence<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    props: &TransactionProperties,
+    mutation: &Mutation,
+    newest: Option<(TimeStamp, Write)>,
+) -> Result<()> {
+    if !mutation.should_not_exist() && mutation.assertion.is_none() {
+        return Ok(());
+    }
+    let existing = existing_version(reader, props.start_ts, &mutation.key, newest)?;
+    if let (true, Some((existing_start_ts, _))) = (mutation.should_not_exist(), existing) {
+        return Err(percolate_mvcc::Error::AlreadyExist {
+            key: mutation.key.clone(),
+            existing_start_ts,
+        }
+        .into());
+    }
+    let holds = match mutation.assertion {
+        Some(Assertion::Exist) => existing.is_some(),
+        Some(Assertion::NotExist) => existing.is_none(),
+        _ => true,
+    };
+    if holds {
+        return Ok(());
+    }
+    let (existing_start_ts, existing_commit_ts) = existing.unwrap_or_default();
+    Err(percolate_mvcc::Error::AssertionFailed {
+        start_ts: props.start_ts,
+        key: mutation.key.clone(),
+        assertion: mutation.assertion.unwrap_or(Assertion::Exist),
+        existing_start_ts,
+        existing_commit_ts,
+    }
+    .into())
+}
+
+/// Sets the async-commit fields of `lock` and computes its min_commit_ts
+/// for async commit and 1PC. `CommitTsTooLarge` when it would exceed the
+/// caller's limit: the caller falls back to 2PC.
+fn commit_ts_bound(
+    props: &TransactionProperties,
+    lock: &mut Lock,
+    secondaries: Option<&[Vec<u8>]>,
+) -> Result<TimeStamp> {
+    let max_commit_ts = match props.commit_kind {
+        CommitKind::TwoPc => return Ok(TimeStamp::zero()),
+        CommitKind::Async { max_commit_ts } => {
+            lock.use_async_commit = true;
+            lock.secondaries = secondaries.map(<[_]>::to_vec).unwrap_or_default();
+            max_commit_ts
+        }
+        CommitKind::OnePc { max_commit_ts } => {
+            lock.use_one_pc = true;
+            max_commit_ts
+        }
+    };
+    let min_commit_ts = props
+        .max_ts
+        .next()
+        .max(props.start_ts.next())
+        .max(props.min_commit_ts);
+    if !max_commit_ts.is_zero() && min_commit_ts > max_commit_ts {
+        return Err(percolate_mvcc::Error::CommitTsTooLarge {
+            start_ts: props.start_ts,
+            min_commit_ts,
+            max_commit_ts,
+        }
+        .into());
+    }
+    lock.min_commit_ts = min_commit_ts;
+    Ok(min_commit_ts)
+}
+
+/// The answer to a whole prewrite request.
+#[derive(Debug, Default)]
+pub struct PrewriteResult {
+    /// One `KeyIsLocked` per key locked by another transaction. When not
+    /// empty, nothing was written: resolve the locks and retry.
+    pub locks: Vec<Error>,
+    /// For async commit: the largest min_commit_ts of the keys (the
+    /// transaction's commit_ts). Zero for 2PC, including a fallback.
+    pub min_commit_ts: TimeStamp,
+    /// For 1PC: the commit_ts the transaction committed at. Zero when 1PC
+    /// was not used (or fell back to 2PC).
+    pub one_pc_commit_ts: TimeStamp,
+}
+
+/// Prewrites every mutation of a request against one snapshot and returns
+/// the modifications to write atomically, with the answer.
+///
+/// * A key locked by another transaction does not stop the others from
+///   being checked; all such keys are reported and nothing is written.
+/// * A conflict or lock on a transaction that has in fact already committed
+///   (a retried request) is answered with success and its commit_ts,
+///   writing nothing.
+/// * An async-commit or 1PC request whose commit_ts would exceed
+///   `max_commit_ts` is redone as 2PC.
+/// * 1PC writes commit records directly, at the largest min_commit_ts.
+pub fn prewrite_mutations<S: Snapshot>(
+    snapshot: &S,
+    props: &TransactionProperties,
+    mutations: &[Mutation],
+    secondaries: Option<&[Vec<u8>]>,
+) -> Result<(MvccTxn, PrewriteResult)> {
+    match prewrite_all(snapshot, props, mutations, secondaries) {
+        Err(Error::Mvcc(percolate_mvcc::Error::CommitTsTooLarge { .. })) => {
+            let two_pc = TransactionProperties {
+                commit_kind: CommitKind::TwoPc,
+                ..props.clone()
+            };
+            prewrite_all(snapshot, &two_pc, mutations, None)
+        }
+        other => other,
+    }
+}
+
+fn prewrite_all<S: Snapshot>(
+    snapshot: &S,
+    props: &TransactionProperties,
+    mutations: &[Mutation],
+    secondaries: Option<&[Vec<u8>]>,
+) -> Result<(MvccTxn, PrewriteResult)> {
+    let mut txn = MvccTxn::new(props.start_ts);
+    let mut reader = MvccReader::new(snapshot.clone());
+    let mut result = PrewriteResult::default();
+    let mut one_pc_locks = Vec::new();
+    for mutation in mutations {
+        let key = mutation.key.clone();
+        let is_primary = key.is_encoded_from(&props.primary);
+        let secondaries = secondaries.filter(|_| is_primary);
+        match prewrite(&mut txn, &mut reader, props, mutation.clone(), secondaries) {
+            Ok(done) => {
+                result.min_commit_ts = result.min_commit_ts.max(done.min_commit_ts);
+                one_pc_locks.extend(done.one_pc_lock);
+            }
+            Err(e) if is_lock_or_conflict(&e) => {
+                if let Some(commit_ts) = committed_ts(&mut reader, props, &key)? {
+                    return Ok((
+                        MvccTxn::new(props.start_ts),
+                        already_committed(props, commit_ts),
+                    ));
+                }
+                match e {
+                    Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(_)) => result.locks.push(e),
+                    _ => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if !result.locks.is_empty() {
+        result.min_commit_ts = TimeStamp::zero();
+        return Ok((MvccTxn::new(props.start_ts), result));
+    }
+    match props.commit_kind {
+        CommitKind::OnePc { .. } => {
+            result.one_pc_commit_ts = result.min_commit_ts;
+            result.min_commit_ts = TimeStamp::zero();
+            commit_one_pc(&mut txn, one_pc_locks, result.one_pc_commit_ts)?;
+        }
+        CommitKind::Async { .. } => {}
+        CommitKind::TwoPc => result.min_commit_ts = TimeStamp::zero(),
+    }
+    Ok((txn, result))
+}
+
+fn is_lock_or_conflict(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Mvcc(
+            percolate_mvcc::Error::KeyIsLocked(_) | percolate_mvcc::Error::WriteConflict { .. }
+        )
+    )
+}
+
+/// The commit_ts of the transaction on `key`, if it already committed.
+fn committed_ts<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    props: &TransactionProperties,
+    key: &Key,
+) -> Result<Option<TimeStamp>> {
+    Ok(reader
+        .get_txn_commit_record(key, props.start_ts)?
+        .committed_ts())
+}
+
+/// The answer to a retried prewrite of a transaction that committed.
+fn already_committed(props: &TransactionProperties, commit_ts: TimeStamp) -> PrewriteResult {
+    let mut result = PrewriteResult::default();
+    match props.commit_kind {
+        CommitKind::TwoPc => {}
+        CommitKind::Async { .. } => result.min_commit_ts = commit_ts,
+        CommitKind::OnePc { .. } => result.one_pc_commit_ts = commit_ts,
+    }
+    result
+}
+
+/// Turns the would-be locks of a 1PC transaction into commit records.
+fn commit_one_pc(txn: &mut MvccTxn, locks: Vec<(Key, Lock)>, commit_ts: TimeStamp) -> Result<()> {
+    for (key, lock) in locks {
+        let Some(write_type) = WriteType::from_lock_type(lock.lock_type) else {
+            return Err(Error::InvalidRequest {
+                reason: "a 1PC lock must be committable",
+                key: Some(key),
+            });
+        };
+        let write = Write::new(write_type, lock.ts, lock.short_value)
+            .set_last_change(lock.last_change)
+            .set_txn_source(lock.txn_source);
+        txn.put_write(key, commit_ts, &write);
+    }
+    Ok(())
+}

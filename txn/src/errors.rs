@@ -1,0 +1,64 @@
+//! Errors of the transaction layer.
+
+use percolate_mvcc::{Key, TimeStamp};
+
+/// An error of a transaction action or command.
+///
+/// MVCC outcomes (locks, conflicts, missing transactions, corruption) keep
+/// their structured form in [`Error::Mvcc`]; this layer adds the errors of
+/// bad requests.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An MVCC-level outcome: see [`percolate_mvcc::Error`].
+    #[error(transparent)]
+    Mvcc(#[from] percolate_mvcc::Error),
+
+    /// A commit_ts that is not above the start_ts.
+    #[error("invalid commit_ts {commit_ts} for txn {start_ts}: must be greater than start_ts")]
+    InvalidTxnTso {
+        /// The transaction.
+        start_ts: TimeStamp,
+        /// The commit_ts given.
+        commit_ts: TimeStamp,
+    },
+
+    /// A request that breaks a rule of the protocol before any data is read.
+    #[error("invalid request: {reason}")]
+    InvalidRequest {
+        /// What is wrong.
+        reason: &'static str,
+        /// The key concerned, if any.
+        key: Option<Key>,
+    },
+}
+
+impl From<percolate_engine::Error> for Error {
+    fn from(e: percolate_engine::Error) -> Self {
+        Error::Mvcc(e.into())
+    }
+}
+
+impl Error {
+    /// Whether the transaction may succeed if retried: see
+    /// [`percolate_mvcc::Error::is_retryable`].
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Mvcc(e) if e.is_retryable())
+    }
+
+    /// Whether this is a write conflict.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Mvcc(e) if e.is_conflict())
+    }
+
+    /// The MVCC-level error, if this is one.
+    pub fn as_mvcc(&self) -> Option<&percolate_mvcc::Error> {
+        match self {
+            Error::Mvcc(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Result of transaction actions.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,29 @@
+//! Percolator transactions over the MVCC layer.
+//!
+//! The layer is built from the bottom up:
+//!
+//! * **actions** ([`actions`]): one function per Percolator step on one key
+//!   (prewrite, commit, rollback, check_txn_status, ...). Each reads a
+//!   snapshot through an `MvccReader` and records modifications in an
+//!   `MvccTxn`; none writes. Their behaviour is TiKV's, scenario by scenario
+//!   (see the tests beside each action and `tests/txn_behaviour.rs`).
+//! * **commands**: a request of one region (a batch of keys for one action)
+//!   with its argument checks, run by a **scheduler** that latches the keys,
+//!   takes a snapshot, runs the action and writes its buffer atomically.
+//!   Latches serialize commands, not transactions: isolation between
+//!   transactions comes from the protocol's checks in the actions.
+//! * **client**: the coordinator (timestamps, parallel prewrite, 2PC /
+//!   async commit / 1PC, lock resolution).
+//!
+//! Commands, scheduler and client are being built (see the project's open
+//! issues); the actions are complete.
+
+pub mod actions;
+mod errors;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
+
+pub use errors::{Error, Result};
+
+pub use percolate_engine as engine;
+pub use percolate_mvcc as mvcc;

@@ -1,0 +1,441 @@
+//! `must_*` helpers for action tests, so that a scenario reads as its
+//! description: `must_prewrite_put(b"k", b"v", b"k", 5); must_commit(b"k",
+//! 5, 10); must_written(b"k", 5, 10, WriteType::Put);`.
+//!
+//! Each helper takes a fresh snapshot, runs one action (or one prewrite
+//! request), writes its modifications atomically when it succeeds, and
+//! panics with the error otherwise; the `*_err` forms return the error and
+//! check that nothing was written.
+
+use percolate_engine::{Engine, WriteOptions};
+use percolate_mvcc::testing::ts;
+use percolate_mvcc::{
+    Key, Lock, MvccReader, MvccTxn, PointGetterBuilder, TimeStamp, Write, WriteType,
+};
+
+use crate::actions::check_secondary_locks::{SecondaryLockStatus, check_secondary_lock};
+use crate::actions::check_txn_status::{CheckTxnStatusOptions, check_txn_status};
+use crate::actions::cleanup::{CleanupKind, cleanup};
+use crate::actions::commit::commit;
+use crate::actions::gc::{GcInfo, gc};
+use crate::actions::heart_beat::txn_heart_beat;
+use crate::actions::prewrite::{
+    CommitKind, Mutation, PrewriteResult, TransactionProperties, prewrite_mutations,
+};
+use crate::actions::{ReleasedLock, TxnStatus};
+use crate::{Error, Result};
+
+/// The timestamps of an async-commit prewrite.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AsyncTs {
+    /// The transaction's start_ts.
+    pub start_ts: u64,
+    /// The region's max_ts.
+    pub max_ts: u64,
+    /// The client's limit (0 = none).
+    pub max_commit_ts: u64,
+}
+
+/// Runs actions against an engine, one atomic write per call.
+#[derive(Clone, Debug)]
+pub struct TxnFixture<E: Engine> {
+    engine: E,
+}
+
+fn key(raw: &[u8]) -> Key {
+    Key::from_raw(raw)
+}
+
+impl<E: Engine> TxnFixture<E> {
+    /// A fixture over `engine`.
+    pub fn new(engine: E) -> Self {
+        TxnFixture { engine }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &E {
+        &self.engine
+    }
+
+    fn write(&self, txn: MvccTxn) {
+        if !txn.is_empty() {
+            self.engine
+                .write(&txn.into_write_batch(), WriteOptions::default())
+                .expect("engine write");
+        }
+    }
+
+    /// A reader over a fresh snapshot.
+    pub fn reader(&self) -> MvccReader<E::Snap> {
+        MvccReader::new(self.engine.snapshot())
+    }
+
+    /// Runs `action` for the transaction `start_ts` on a fresh snapshot and
+    /// writes its modifications if it succeeds.
+    pub fn run<T>(
+        &self,
+        start_ts: u64,
+        action: impl FnOnce(&mut MvccTxn, &mut MvccReader<E::Snap>) -> Result<T>,
+    ) -> Result<T> {
+        let mut txn = MvccTxn::new(ts(start_ts));
+        let mut reader = self.reader();
+        let out = action(&mut txn, &mut reader)?;
+        self.write(txn);
+        Ok(out)
+    }
+
+    /// Like [`run`](Self::run) for an action expected to fail; checks that
+    /// it recorded nothing and returns its error.
+    #[track_caller]
+    pub fn run_err<T: std::fmt::Debug>(
+        &self,
+        start_ts: u64,
+        action: impl FnOnce(&mut MvccTxn, &mut MvccReader<E::Snap>) -> Result<T>,
+    ) -> Error {
+        let mut txn = MvccTxn::new(ts(start_ts));
+        let mut reader = self.reader();
+        match action(&mut txn, &mut reader) {
+            Ok(v) => panic!("expected an error, got {v:?}"),
+            Err(e) => e,
+        }
+    }
+
+    // ------------------------------------------------------------ prewrite
+
+    /// Properties of a plain optimistic 2PC transaction.
+    pub fn props(primary: &[u8], start_ts: u64) -> TransactionProperties {
+        TransactionProperties {
+            start_ts: ts(start_ts),
+            primary: primary.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    /// Runs one prewrite request and writes its result.
+    pub fn prewrite(
+        &self,
+        props: &TransactionProperties,
+        mutations: Vec<Mutation>,
+        secondaries: Option<&[Vec<u8>]>,
+    ) -> Result<PrewriteResult> {
+        let (txn, result) =
+            prewrite_mutations(&self.engine.snapshot(), props, &mutations, secondaries)?;
+        if let Some(e) = result.locks.first() {
+            assert!(txn.is_empty(), "a prewrite that met locks writes nothing");
+            if result.locks.len() == 1 && mutations.len() == 1 {
+                return Err(match e {
+                    Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info)) => {
+                        percolate_mvcc::Error::KeyIsLocked(info.clone()).into()
+                    }
+                    _ => unreachable!("only KeyIsLocked is collected"),
+                });
+            }
+        }
+        self.write(txn);
+        Ok(result)
+    }
+
+    /// Prewrites one mutation in a 2PC transaction; panics on error.
+    #[track_caller]
+    pub fn must_prewrite(&self, mutation: Mutation, primary: &[u8], start_ts: u64) {
+        let result = self.prewrite(&Self::props(primary, start_ts), vec![mutation], None);
+        match result {
+            Ok(r) if r.locks.is_empty() => {}
+            Ok(r) => panic!("prewrite met locks: {:?}", r.locks),
+            Err(e) => panic!("prewrite failed: {e}"),
+        }
+    }
+
+    /// Prewrites one mutation in a 2PC transaction, expecting an error.
+    #[track_caller]
+    pub fn must_prewrite_err(&self, mutation: Mutation, primary: &[u8], start_ts: u64) -> Error {
+        let before = self.dump();
+        let err = match self.prewrite(&Self::props(primary, start_ts), vec![mutation], None) {
+            Ok(r) => panic!("expected a prewrite error, got {r:?}"),
+            Err(e) => e,
+        };
+        assert_eq!(before, self.dump(), "a failed prewrite must write nothing");
+        err
+    }
+
+    /// `must_prewrite(Mutation::put(..))`.
+    #[track_caller]
+    pub fn must_prewrite_put(&self, k: &[u8], value: &[u8], primary: &[u8], start_ts: u64) {
+        self.must_prewrite(Mutation::put(key(k), value.to_vec()), primary, start_ts);
+    }
+
+    /// `must_prewrite(Mutation::delete(..))`.
+    #[track_caller]
+    pub fn must_prewrite_delete(&self, k: &[u8], primary: &[u8], start_ts: u64) {
+        self.must_prewrite(Mutation::delete(key(k)), primary, start_ts);
+    }
+
+    /// `must_prewrite(Mutation::lock(..))`.
+    #[track_caller]
+    pub fn must_prewrite_lock(&self, k: &[u8], primary: &[u8], start_ts: u64) {
+        self.must_prewrite(Mutation::lock(key(k)), primary, start_ts);
+    }
+
+    /// Prewrites a Put with every property given; returns the result.
+    #[track_caller]
+    pub fn must_prewrite_put_with(
+        &self,
+        k: &[u8],
+        value: &[u8],
+        props: &TransactionProperties,
+        secondaries: Option<&[Vec<u8>]>,
+    ) -> PrewriteResult {
+        let result = self
+            .prewrite(
+                props,
+                vec![Mutation::put(key(k), value.to_vec())],
+                secondaries,
+            )
+            .unwrap_or_else(|e| panic!("prewrite failed: {e}"));
+        assert!(
+            result.locks.is_empty(),
+            "prewrite met locks: {:?}",
+            result.locks
+        );
+        result
+    }
+
+    /// Prewrites an async-commit Put and returns its min_commit_ts (zero if
+    /// it fell back to 2PC).
+    #[track_caller]
+    pub fn must_prewrite_put_async(
+        &self,
+        k: &[u8],
+        value: &[u8],
+        primary: &[u8],
+        secondaries: Option<&[Vec<u8>]>,
+        timestamps: AsyncTs,
+    ) -> TimeStamp {
+        let props = TransactionProperties {
+            commit_kind: CommitKind::Async {
+                max_commit_ts: ts(timestamps.max_commit_ts),
+            },
+            max_ts: ts(timestamps.max_ts),
+            ..Self::props(primary, timestamps.start_ts)
+        };
+        self.must_prewrite_put_with(k, value, &props, secondaries)
+            .min_commit_ts
+    }
+
+    // ------------------------------------------------------ other actions
+
+    /// Commits `k` of `start_ts` at `commit_ts`; panics on error.
+    #[track_caller]
+    pub fn must_commit(&self, k: &[u8], start_ts: u64, commit_ts: u64) -> Option<ReleasedLock> {
+        self.run(start_ts, |txn, reader| {
+            commit(txn, reader, key(k), ts(commit_ts))
+        })
+        .unwrap_or_else(|e| panic!("commit failed: {e}"))
+    }
+
+    /// Commits, expecting an error.
+    #[track_caller]
+    pub fn must_commit_err(&self, k: &[u8], start_ts: u64, commit_ts: u64) -> Error {
+        self.run_err(start_ts, |txn, reader| {
+            commit(txn, reader, key(k), ts(commit_ts))
+        })
+    }
+
+    /// Batch-rolls back `k` of `start_ts`; panics on error.
+    #[track_caller]
+    pub fn must_rollback(&self, k: &[u8], start_ts: u64) {
+        self.run(start_ts, |txn, reader| {
+            crate::actions::cleanup::rollback(txn, reader, key(k))
+        })
+        .unwrap_or_else(|e| panic!("rollback failed: {e}"));
+    }
+
+    /// Batch-rolls back, expecting an error.
+    #[track_caller]
+    pub fn must_rollback_err(&self, k: &[u8], start_ts: u64) -> Error {
+        self.run_err(start_ts, |txn, reader| {
+            crate::actions::cleanup::rollback(txn, reader, key(k))
+        })
+    }
+
+    /// Cleans up `k` of `start_ts` (TTL checked against `current_ts` unless
+    /// zero); panics on error.
+    #[track_caller]
+    pub fn must_cleanup(&self, k: &[u8], start_ts: u64, current_ts: u64) {
+        self.run(start_ts, |txn, reader| {
+            cleanup(txn, reader, key(k), ts(current_ts), CleanupKind::Cleanup)
+        })
+        .unwrap_or_else(|e| panic!("cleanup failed: {e}"));
+    }
+
+    /// Cleans up, expecting an error.
+    #[track_caller]
+    pub fn must_cleanup_err(&self, k: &[u8], start_ts: u64, current_ts: u64) -> Error {
+        self.run_err(start_ts, |txn, reader| {
+            cleanup(txn, reader, key(k), ts(current_ts), CleanupKind::Cleanup)
+        })
+    }
+
+    /// Checks the status of `start_ts` on `primary`.
+    pub fn check_txn_status(
+        &self,
+        primary: &[u8],
+        start_ts: u64,
+        options: &CheckTxnStatusOptions,
+    ) -> Result<TxnStatus> {
+        self.run(start_ts, |txn, reader| {
+            check_txn_status(txn, reader, key(primary), options)
+        })
+        .map(|(status, _)| status)
+    }
+
+    /// Checks a transaction's status with the common options; panics on
+    /// error.
+    #[track_caller]
+    pub fn must_check_txn_status(
+        &self,
+        primary: &[u8],
+        start_ts: u64,
+        caller_start_ts: u64,
+        current_ts: u64,
+        rollback_if_not_exist: bool,
+    ) -> TxnStatus {
+        let options = CheckTxnStatusOptions {
+            caller_start_ts: ts(caller_start_ts),
+            current_ts: ts(current_ts),
+            rollback_if_not_exist,
+            ..Default::default()
+        };
+        self.check_txn_status(primary, start_ts, &options)
+            .unwrap_or_else(|e| panic!("check_txn_status failed: {e}"))
+    }
+
+    /// Sends a heart beat; returns the TTL in force.
+    pub fn heart_beat(&self, primary: &[u8], start_ts: u64, advise_ttl: u64) -> Result<u64> {
+        self.run(start_ts, |txn, reader| {
+            txn_heart_beat(txn, reader, key(primary), advise_ttl)
+        })
+    }
+
+    /// Checks one secondary lock of `start_ts`.
+    #[track_caller]
+    pub fn must_check_secondary_lock(&self, k: &[u8], start_ts: u64) -> SecondaryLockStatus {
+        self.run(start_ts, |txn, reader| {
+            check_secondary_lock(txn, reader, key(k))
+        })
+        .unwrap_or_else(|e| panic!("check_secondary_locks failed: {e}"))
+        .0
+    }
+
+    /// Collects `k`'s garbage below `safe_point`.
+    #[track_caller]
+    pub fn must_gc(&self, k: &[u8], safe_point: u64) -> GcInfo {
+        self.run(0, |txn, reader| gc(txn, reader, key(k), ts(safe_point)))
+            .unwrap_or_else(|e| panic!("gc failed: {e}"))
+    }
+
+    // --------------------------------------------------------- inspection
+
+    /// The lock on `k`, which must belong to `start_ts`.
+    #[track_caller]
+    pub fn must_locked(&self, k: &[u8], start_ts: u64) -> Lock {
+        let lock = self
+            .reader()
+            .load_lock(&key(k))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{} is not locked", String::from_utf8_lossy(k)));
+        assert_eq!(lock.ts, ts(start_ts), "lock of another txn");
+        lock
+    }
+
+    /// Asserts that `k` has no lock.
+    #[track_caller]
+    pub fn must_unlocked(&self, k: &[u8]) {
+        let lock = self.reader().load_lock(&key(k)).unwrap();
+        assert!(lock.is_none(), "unexpected lock {lock:?}");
+    }
+
+    /// The record at `k@commit_ts`, which must be of `write_type` and
+    /// belong to `start_ts`.
+    #[track_caller]
+    pub fn must_written(
+        &self,
+        k: &[u8],
+        start_ts: u64,
+        commit_ts: u64,
+        write_type: WriteType,
+    ) -> Write {
+        let write = self.must_have_write(k, commit_ts);
+        assert_eq!(write.start_ts, ts(start_ts), "record of another txn");
+        assert_eq!(write.write_type, write_type);
+        write
+    }
+
+    /// The record exactly at `k@commit_ts`.
+    #[track_caller]
+    pub fn must_have_write(&self, k: &[u8], commit_ts: u64) -> Write {
+        match self.reader().seek_write(&key(k), ts(commit_ts)).unwrap() {
+            Some((found, write)) if found == ts(commit_ts) => write,
+            other => panic!("no record at {commit_ts}: {other:?}"),
+        }
+    }
+
+    /// Asserts that there is no record exactly at `k@commit_ts`.
+    #[track_caller]
+    pub fn must_not_have_write(&self, k: &[u8], commit_ts: u64) {
+        if let Some((found, write)) = self.reader().seek_write(&key(k), ts(commit_ts)).unwrap() {
+            assert_ne!(found, ts(commit_ts), "unexpected record {write:?}");
+        }
+    }
+
+    /// The Rollback record of `start_ts` on `k`; checks its protection.
+    #[track_caller]
+    pub fn must_get_rollback(&self, k: &[u8], start_ts: u64, protected: bool) -> Write {
+        let write = self.must_written(k, start_ts, start_ts, WriteType::Rollback);
+        assert_eq!(write.is_protected(), protected, "protection of {write:?}");
+        write
+    }
+
+    /// Every record of `k`, newest first.
+    pub fn writes(&self, k: &[u8]) -> Vec<(TimeStamp, Write)> {
+        self.reader()
+            .scan_writes(&key(k), TimeStamp::max())
+            .unwrap()
+    }
+
+    /// A point read at `read_ts` (SI).
+    pub fn get(&self, k: &[u8], read_ts: u64) -> percolate_mvcc::Result<Option<Vec<u8>>> {
+        PointGetterBuilder::new(self.engine.snapshot(), ts(read_ts))
+            .build()
+            .get(&key(k))
+    }
+
+    /// Asserts a read at `read_ts` returns `value`.
+    #[track_caller]
+    pub fn must_get(&self, k: &[u8], read_ts: u64, value: &[u8]) {
+        assert_eq!(self.get(k, read_ts).unwrap().as_deref(), Some(value));
+    }
+
+    /// Asserts a read at `read_ts` finds nothing.
+    #[track_caller]
+    pub fn must_get_none(&self, k: &[u8], read_ts: u64) {
+        assert_eq!(self.get(k, read_ts).unwrap(), None);
+    }
+
+    /// Every record of every CF, for before/after comparisons.
+    pub fn dump(&self) -> Vec<(percolate_engine::Cf, Vec<u8>, Vec<u8>)> {
+        let snapshot = self.engine.snapshot();
+        percolate_engine::Cf::ALL
+            .iter()
+            .flat_map(|&cf| {
+                percolate_engine::testing::collect_forward(
+                    &snapshot,
+                    cf,
+                    percolate_engine::IterOptions::new(),
+                )
+                .into_iter()
+                .map(move |(k, v)| (cf, k, v))
+            })
+            .collect()
+    }
+}
