@@ -17,8 +17,9 @@ use percolate::engine::{
 };
 use percolate::mvcc::{
     Error, Key, Lock, LockType, MvccReader, MvccTxn, PointGetterBuilder, ScannerBuilder, TimeStamp,
-    Write, WriteRef, WriteType,
+    Write, WriteType,
 };
+use percolate::txn::actions::mvcc_by_key::mvcc_by_key;
 
 fn main() -> ExitCode {
     match run() {
@@ -128,44 +129,38 @@ fn commit(
     Ok(())
 }
 
-/// Prints every record of every CF, raw and decoded.
+/// Prints every record of every CF as stored (hex), then each key's
+/// records decoded, as `percolate-txn`'s MvccByKey debug view shows them.
 fn dump(engine: &RocksEngine) -> Result<(), Box<dyn std::error::Error>> {
     let snapshot = engine.snapshot();
+    let mut keys = std::collections::BTreeSet::new();
+    println!("stored records (key bytes as on disk, without the `z` data prefix):");
     for cf in Cf::ALL {
         let mut it = snapshot.iter(cf, IterOptions::new())?;
         let mut valid = it.seek_to_first()?;
         while valid {
-            let (stored, value) = (it.key(), it.value());
-            let shown = match cf {
-                Cf::Lock => format!(
-                    "{}: {:?}",
-                    Key::from_encoded_slice(stored),
-                    Lock::parse(value)?
-                ),
-                Cf::Write => {
-                    let (user, ts) = Key::split_on_ts_for(stored)?;
-                    format!(
-                        "{}@{ts}: {:?}",
-                        Key::from_encoded_slice(user),
-                        WriteRef::parse(value)?
-                    )
-                }
-                _ => {
-                    let (user, ts) = Key::split_on_ts_for(stored)?;
-                    format!(
-                        "{}@{ts}: {} bytes",
-                        Key::from_encoded_slice(user),
-                        value.len()
-                    )
-                }
+            let user = match cf {
+                Cf::Lock => it.key(),
+                _ => Key::split_on_ts_for(it.key())?.0,
             };
-            println!("{cf:>7} | {} | {shown}", hex(stored));
+            keys.insert(Key::from_encoded_slice(user));
+            println!(
+                "  {cf:>7} {} ({} value bytes)",
+                hex(it.key()),
+                it.value().len()
+            );
             valid = it.next()?;
+        }
+    }
+    let mut reader = MvccReader::new(snapshot);
+    for key in keys {
+        println!("{key}:");
+        for line in mvcc_by_key(&mut reader, &key)?.to_string().lines() {
+            println!("  {line}");
         }
     }
     Ok(())
 }
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -461,6 +461,16 @@ fn decode_groups(data: &mut &[u8], desc: bool) -> DecodeResult<Vec<u8>> {
     }
 }
 
+/// Bytes from a hex string that may contain spaces, for tests.
+#[cfg(test)]
+pub(crate) fn test_hex(s: &str) -> Vec<u8> {
+    let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    digits
+        .chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

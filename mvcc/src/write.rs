@@ -401,17 +401,10 @@ impl<'a> WriteRef<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::test_hex as hex;
 
     fn ts(v: u64) -> TimeStamp {
         TimeStamp::new(v)
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        digits
-            .chunks(2)
-            .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
-            .collect()
     }
 
     fn check(write: &Write, bytes: &[u8]) {

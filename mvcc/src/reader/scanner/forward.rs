@@ -34,44 +34,29 @@ impl<S: Snapshot> ForwardScanner<S> {
     /// See [`Scanner::next`](super::Scanner::next).
     pub fn next(&mut self) -> Result<Option<(Key, Vec<u8>)>> {
         self.start()?;
-        loop {
-            let heads = self.core.heads()?;
-            let current = match (heads.write.as_ref(), heads.lock.as_ref()) {
-                (None, None) => return Ok(None),
-                (Some(w), Some(l)) => w.min(l).clone(),
-                (Some(k), None) | (None, Some(k)) => k.clone(),
-            };
-            let has_write = heads.write.as_ref() == Some(&current);
-            let has_lock = heads.lock.as_ref() == Some(&current);
-            let key = Key::from_encoded(current);
-            let mut access_lock = None;
-            if has_lock {
-                let checked = self.core.check_lock(&key);
-                self.step_lock()?;
-                match checked {
-                    Ok(lock) => access_lock = lock,
-                    Err(e) => {
-                        if has_write {
-                            self.skip_rest_of(&key)?;
-                        }
-                        return Err(e);
+        while let Some(position) = self.core.next_position()? {
+            let key = position.key;
+            let value = match position.lock {
+                Err(e) => {
+                    if position.has_write {
+                        self.skip_rest_of(&key)?;
                     }
+                    return Err(e);
                 }
-            }
-            let value = match access_lock {
-                Some(lock) => {
-                    if has_write {
+                Ok(Some(lock)) => {
+                    if position.has_write {
                         self.skip_rest_of(&key)?;
                     }
                     self.core.value_from_lock(&key, lock)?
                 }
-                None if has_write => self.read_key(&key)?,
-                None => None,
+                Ok(None) if position.has_write => self.read_key(&key)?,
+                Ok(None) => None,
             };
             if let Some(value) = value {
                 return Ok(Some((key, value)));
             }
         }
+        Ok(None)
     }
 
     fn start(&mut self) -> Result<()> {
@@ -84,14 +69,6 @@ impl<S: Snapshot> ForwardScanner<S> {
         if let Some(lock) = &mut self.core.cursors.lock {
             self.core.statistics.lock.seek += 1;
             lock.seek_to_first()?;
-        }
-        Ok(())
-    }
-
-    fn step_lock(&mut self) -> Result<()> {
-        if let Some(lock) = &mut self.core.cursors.lock {
-            self.core.statistics.lock.next += 1;
-            lock.next()?;
         }
         Ok(())
     }

@@ -222,7 +222,57 @@ struct Heads {
     lock: Option<Vec<u8>>,
 }
 
+/// The next user key a scan visits.
+struct Position {
+    key: Key,
+    /// Whether the write cursor rests on a record of `key`.
+    has_write: bool,
+    /// The verdict on `key`'s lock: `Ok(Some(lock))` to read an access
+    /// lock, `Ok(None)` to read committed data, `Err` when the lock blocks.
+    lock: Result<Option<Lock>>,
+}
+
 impl<S: Snapshot> ScannerCore<S> {
+    /// The next user key in scan order (the smaller of the two cursors' keys
+    /// going forward, the larger going backward), with its lock judged and
+    /// the lock cursor moved past it.
+    fn next_position(&mut self) -> Result<Option<Position>> {
+        let heads = self.heads()?;
+        let current = match (heads.write.as_ref(), heads.lock.as_ref()) {
+            (None, None) => return Ok(None),
+            (Some(w), Some(l)) if self.config.reverse => w.max(l).clone(),
+            (Some(w), Some(l)) => w.min(l).clone(),
+            (Some(k), None) | (None, Some(k)) => k.clone(),
+        };
+        let has_write = heads.write.as_ref() == Some(&current);
+        let has_lock = heads.lock.as_ref() == Some(&current);
+        let key = Key::from_encoded(current);
+        let lock = if has_lock {
+            let checked = self.check_lock(&key);
+            self.step_lock()?;
+            checked
+        } else {
+            Ok(None)
+        };
+        Ok(Some(Position {
+            key,
+            has_write,
+            lock,
+        }))
+    }
+
+    fn step_lock(&mut self) -> Result<()> {
+        if let Some(lock) = &mut self.cursors.lock {
+            self.statistics.lock.next += 1;
+            if self.config.reverse {
+                lock.prev()?;
+            } else {
+                lock.next()?;
+            }
+        }
+        Ok(())
+    }
+
     fn heads(&self) -> Result<Heads> {
         let write = if self.cursors.write.valid()? {
             let stored = self.cursors.write.key();
