@@ -19,7 +19,9 @@
 //! issues); the actions are complete.
 
 pub mod actions;
+pub mod concurrency_manager;
 mod errors;
+pub mod scheduler;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 

@@ -1,0 +1,225 @@
+//! The concurrency manager of a region: `max_ts` and the in-memory lock
+//! table.
+//!
+//! Async commit and 1PC compute a commit_ts instead of asking the oracle,
+//! from `max_ts`: the largest timestamp any reader of the region has read
+//! at. The race to close is a reader at `ts` that misses a lock being
+//! prewritten and a commit_ts then computed at or below `ts`. So a prewrite
+//! first puts its keys into the memory lock table ([`lock_keys`]), and only
+//! then reads `max_ts`; a reader first raises `max_ts`, and only then checks
+//! the memory table ([`read_key_check`]). Whatever the interleaving, either
+//! the reader sees the memory lock, or the prewrite sees the reader's ts.
+//!
+//! [`lock_keys`]: ConcurrencyManager::lock_keys
+//! [`read_key_check`]: ConcurrencyManager::read_key_check
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use percolate_mvcc::{Key, Lock, TimeStamp};
+
+/// `max_ts` and the memory locks of one region. Cheap to share behind an
+/// `Arc`; every method takes `&self`.
+#[derive(Debug, Default)]
+pub struct ConcurrencyManager {
+    max_ts: AtomicU64,
+    /// Invariant: an entry lives exactly as long as its [`KeyGuard`].
+    table: Mutex<BTreeMap<Key, Arc<MemoryLock>>>,
+}
+
+/// The slot of one key in the memory lock table.
+#[derive(Debug, Default)]
+pub struct MemoryLock {
+    lock: Mutex<Option<Lock>>,
+}
+
+/// Holds a key in the memory lock table; dropping it removes the key, on
+/// every path (success, error, panic).
+#[derive(Debug)]
+pub struct KeyGuard<'a> {
+    manager: &'a ConcurrencyManager,
+    key: Key,
+    handle: Arc<MemoryLock>,
+}
+
+impl KeyGuard<'_> {
+    /// The key held.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Publishes the lock being written for this key, for readers to see.
+    pub fn set_lock(&self, lock: Lock) {
+        *self.handle.lock.lock() = Some(lock);
+    }
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        let mut table = self.manager.table.lock();
+        if table
+            .get(&self.key)
+            .is_some_and(|h| Arc::ptr_eq(h, &self.handle))
+        {
+            table.remove(&self.key);
+        }
+    }
+}
+
+impl ConcurrencyManager {
+    /// A manager whose `max_ts` starts at `latest_ts` (a fresh timestamp
+    /// from the oracle, so that commits computed here are never below a read
+    /// served before a restart).
+    pub fn new(latest_ts: TimeStamp) -> Self {
+        ConcurrencyManager {
+            max_ts: AtomicU64::new(latest_ts.into_inner()),
+            table: Mutex::default(),
+        }
+    }
+
+    /// The largest read timestamp seen.
+    pub fn max_ts(&self) -> TimeStamp {
+        TimeStamp::new(self.max_ts.load(Ordering::SeqCst))
+    }
+
+    /// Raises `max_ts` to `ts`. `TimeStamp::max()` ("read the latest") is
+    /// not a real timestamp and is ignored.
+    pub fn update_max_ts(&self, ts: TimeStamp) {
+        if !ts.is_max() {
+            self.max_ts.fetch_max(ts.into_inner(), Ordering::SeqCst);
+        }
+    }
+
+    /// Puts `keys` into the memory lock table (sorted first, so concurrent
+    /// callers cannot deadlock). Keys are held until the guards drop.
+    pub fn lock_keys(&self, keys: impl IntoIterator<Item = Key>) -> Vec<KeyGuard<'_>> {
+        let mut keys: Vec<Key> = keys.into_iter().collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut table = self.table.lock();
+        keys.into_iter()
+            .map(|key| {
+                let handle = Arc::new(MemoryLock::default());
+                table.insert(key.clone(), handle.clone());
+                KeyGuard {
+                    manager: self,
+                    key,
+                    handle,
+                }
+            })
+            .collect()
+    }
+
+    /// Runs `check` on the memory lock of `key`, if one is published.
+    pub fn read_key_check<E>(
+        &self,
+        key: &Key,
+        check: impl Fn(&Lock, &Key) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let handle = self.table.lock().get(key).cloned();
+        match handle.and_then(|h| h.lock.lock().clone()) {
+            Some(lock) => check(&lock, key),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `check` on every published memory lock with a key in `[start,
+    /// end)` (unbounded where `None`), in key order, stopping at the first
+    /// error.
+    pub fn read_range_check<E>(
+        &self,
+        start: Option<&Key>,
+        end: Option<&Key>,
+        check: impl Fn(&Lock, &Key) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let handles: Vec<(Key, Arc<MemoryLock>)> = {
+            let table = self.table.lock();
+            table
+                .iter()
+                .filter(|(k, _)| start.is_none_or(|s| *k >= s) && end.is_none_or(|e| *k < e))
+                .map(|(k, h)| (k.clone(), h.clone()))
+                .collect()
+        };
+        for (key, handle) in handles {
+            if let Some(lock) = handle.lock.lock().clone() {
+                check(&lock, &key)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The smallest start_ts among published memory locks.
+    pub fn global_min_lock_ts(&self) -> Option<TimeStamp> {
+        let handles: Vec<Arc<MemoryLock>> = self.table.lock().values().cloned().collect();
+        handles
+            .iter()
+            .filter_map(|h| h.lock.lock().as_ref().map(|l| l.ts))
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use percolate_mvcc::LockType;
+
+    use super::*;
+
+    fn ts(v: u64) -> TimeStamp {
+        TimeStamp::new(v)
+    }
+
+    #[test]
+    fn o1_max_ts_only_grows_and_ignores_max() {
+        let cm = ConcurrencyManager::new(ts(50));
+        cm.update_max_ts(ts(100));
+        assert_eq!(cm.max_ts(), ts(100));
+        cm.update_max_ts(ts(70));
+        assert_eq!(cm.max_ts(), ts(100));
+        cm.update_max_ts(TimeStamp::max());
+        assert_eq!(cm.max_ts(), ts(100));
+    }
+
+    #[test]
+    fn o2_memory_locks_are_visible_until_the_guard_drops() {
+        let cm = ConcurrencyManager::new(ts(1));
+        let (a, b, c) = (
+            Key::from_raw(b"a"),
+            Key::from_raw(b"b"),
+            Key::from_raw(b"c"),
+        );
+        let guards = cm.lock_keys([c.clone(), a.clone(), c.clone()]);
+        assert_eq!(guards.len(), 2);
+        assert_eq!(guards[0].key(), &a, "sorted");
+        // Held but not yet published: readers pass.
+        assert_eq!(cm.read_key_check(&a, |_, _| Err(())), Ok(()));
+        guards[0].set_lock(Lock::new(LockType::Put, b"a".to_vec(), ts(10), 0));
+        guards[1].set_lock(Lock::new(LockType::Put, b"a".to_vec(), ts(12), 0));
+        let locked = |lock: &Lock, key: &Key| Err((key.clone(), lock.ts));
+        assert_eq!(cm.read_key_check(&a, locked), Err((a.clone(), ts(10))));
+        assert_eq!(cm.read_key_check(&b, locked), Ok(()));
+        assert_eq!(
+            cm.read_range_check(Some(&b), None, locked),
+            Err((c.clone(), ts(12)))
+        );
+        assert_eq!(cm.read_range_check(Some(&b), Some(&c), locked), Ok(()));
+        assert_eq!(cm.global_min_lock_ts(), Some(ts(10)));
+        drop(guards);
+        assert_eq!(cm.read_range_check(None, None, locked), Ok(()));
+        assert_eq!(cm.global_min_lock_ts(), None);
+    }
+
+    #[test]
+    fn guards_are_released_when_a_command_panics() {
+        let cm = ConcurrencyManager::new(ts(1));
+        let key = Key::from_raw(b"k");
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let guards = cm.lock_keys([key.clone()]);
+            guards[0].set_lock(Lock::new(LockType::Put, b"k".to_vec(), ts(5), 0));
+            panic!("action failed");
+        }));
+        assert!(result.is_err());
+        assert_eq!(cm.read_key_check(&key, |_, _| Err(())), Ok(()));
+    }
+}
