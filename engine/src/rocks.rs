@@ -328,6 +328,7 @@ impl Snapshot for RocksSnapshot {
         Ok(RocksIterator {
             cell,
             target: Vec::new(),
+            valid: false,
         })
     }
 }
@@ -348,6 +349,9 @@ pub struct RocksIterator {
     cell: IterCell,
     /// Scratch buffer for `z + seek target`.
     target: Vec<u8>,
+    /// Whether the cursor rests on a key, as of its last move. Cached: the
+    /// MVCC readers ask far more often than they move.
+    valid: bool,
 }
 
 impl RocksIterator {
@@ -357,10 +361,16 @@ impl RocksIterator {
         self.target.extend_from_slice(key);
     }
 
-    fn status(&self) -> Result<bool> {
+    /// Records whether the cursor rests on a key after a move; an invalid
+    /// cursor reports the error that stopped it, if any. (A valid cursor
+    /// has no error, so the common case costs one call.)
+    fn status(&mut self) -> Result<bool> {
         let it = self.cell.borrow_dependent();
-        it.status()?;
-        Ok(it.valid())
+        self.valid = it.valid();
+        if !self.valid {
+            it.status()?;
+        }
+        Ok(self.valid)
     }
 }
 
@@ -391,30 +401,29 @@ impl EngineIterator for RocksIterator {
     }
 
     fn next(&mut self) -> Result<bool> {
-        self.cell.with_dependent_mut(|_, it| {
-            if it.valid() {
-                it.next()
-            }
-        });
+        if !self.valid {
+            return Ok(false);
+        }
+        self.cell.with_dependent_mut(|_, it| it.next());
         self.status()
     }
 
     fn prev(&mut self) -> Result<bool> {
-        self.cell.with_dependent_mut(|_, it| {
-            if it.valid() {
-                it.prev()
-            }
-        });
+        if !self.valid {
+            return Ok(false);
+        }
+        self.cell.with_dependent_mut(|_, it| it.prev());
         self.status()
     }
 
     fn valid(&self) -> Result<bool> {
-        let it = self.cell.borrow_dependent();
-        it.status()?;
-        Ok(it.valid())
+        Ok(self.valid)
     }
 
     fn key(&self) -> &[u8] {
+        if !self.valid {
+            return &[];
+        }
         // Stored keys always carry the data prefix: strip it.
         self.cell
             .borrow_dependent()
@@ -424,6 +433,9 @@ impl EngineIterator for RocksIterator {
     }
 
     fn value(&self) -> &[u8] {
+        if !self.valid {
+            return &[];
+        }
         self.cell.borrow_dependent().value().unwrap_or(&[])
     }
 }

@@ -4,11 +4,11 @@
 //! record of the next user key to visit, or is invalid; the lock cursor rests
 //! on the next lock to visit, or is invalid.
 
-use percolate_engine::{EngineIterator, Snapshot};
+use percolate_engine::{Cf, EngineIterator, Snapshot};
 
 use super::{SEEK_BOUND, ScannerCore};
 use crate::codec::encode_u64_desc;
-use crate::reader::mvcc_reader::parse_version;
+use crate::reader::mvcc_reader::{parse_version, split_stored_key};
 use crate::{Key, Result, TimeStamp, WriteType};
 
 /// Scans ascending keys. Built by [`ScannerBuilder`](super::ScannerBuilder).
@@ -139,14 +139,11 @@ impl<S: Snapshot> ForwardScanner<S> {
     /// Moves the write cursor past every remaining record of `key`.
     fn skip_rest_of(&mut self, key: &Key) -> Result<()> {
         let mut steps = 0;
-        while self.core.cursors.write.valid()? {
-            let cursor = &self.core.cursors.write;
-            if parse_version(key, cursor.key(), cursor.value())?.is_none() {
-                break;
-            }
+        while self.on_key(key)? {
             if steps >= SEEK_BOUND {
                 // `key@0` is the last position a version of `key` can take.
-                if self.seek_write(key, TimeStamp::zero())? && self.on_key(key)? {
+                self.seek_write(key, TimeStamp::zero())?;
+                if self.on_key(key)? {
                     self.step_write()?;
                 }
                 break;
@@ -157,8 +154,13 @@ impl<S: Snapshot> ForwardScanner<S> {
         Ok(())
     }
 
+    /// Whether the write cursor rests on a record of `key`.
     fn on_key(&self, key: &Key) -> Result<bool> {
         let cursor = &self.core.cursors.write;
-        Ok(parse_version(key, cursor.key(), cursor.value())?.is_some())
+        if !cursor.valid()? {
+            return Ok(false);
+        }
+        let (user, _) = split_stored_key(Cf::Write, cursor.key())?;
+        Ok(user == key.as_encoded().as_slice())
     }
 }

@@ -237,15 +237,19 @@ impl<S: Snapshot> ScannerCore<S> {
     /// going forward, the larger going backward), with its lock judged and
     /// the lock cursor moved past it.
     fn next_position(&mut self) -> Result<Option<Position>> {
-        let heads = self.heads()?;
-        let current = match (heads.write.as_ref(), heads.lock.as_ref()) {
+        let Heads { write, lock } = self.heads()?;
+        let (current, has_write, has_lock) = match (write, lock) {
             (None, None) => return Ok(None),
-            (Some(w), Some(l)) if self.config.reverse => w.max(l).clone(),
-            (Some(w), Some(l)) => w.min(l).clone(),
-            (Some(k), None) | (None, Some(k)) => k.clone(),
+            (Some(w), None) => (w, true, false),
+            (None, Some(l)) => (l, false, true),
+            (Some(w), Some(l)) => match (w.cmp(&l), self.config.reverse) {
+                (std::cmp::Ordering::Equal, _) => (w, true, true),
+                (std::cmp::Ordering::Less, false) | (std::cmp::Ordering::Greater, true) => {
+                    (w, true, false)
+                }
+                _ => (l, false, true),
+            },
         };
-        let has_write = heads.write.as_ref() == Some(&current);
-        let has_lock = heads.lock.as_ref() == Some(&current);
         let key = Key::from_encoded(current);
         let lock = if has_lock {
             let checked = self.check_lock(&key);
