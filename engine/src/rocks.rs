@@ -11,8 +11,8 @@
 //! | CF | bloom filter | why |
 //! |---|---|---|
 //! | `write` | prefix bloom on the key without its 8-byte ts, in SSTs and in the memtable | a point read seeks `key+read_ts` and must skip every file that has no version of `key` |
-//! | `lock` | whole-key bloom | prewrite and reads probe one lock per key, mostly absent |
-//! | `default` | whole-key bloom | long values are fetched by exact `key+start_ts` |
+//! | `lock` | whole-key bloom, in SSTs and in the memtable | prewrite and reads probe one lock per key, mostly absent |
+//! | `default` | whole-key bloom, in SSTs and in the memtable | long values are fetched by exact `key+start_ts` |
 //!
 //! Compression: none on L0-L1 (hot, rewritten soon), lz4 on L2-L4, zstd on
 //! the bottom levels, as TiKV does. Every CF shares one LRU block cache.
@@ -198,6 +198,12 @@ fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Options {
             strip_ts,
             Some(has_ts),
         ));
+        opts.set_memtable_prefix_bloom_ratio(0.1);
+    } else {
+        // Most lock-CF probes are for absent keys (prewrite, reads), and
+        // the memtable fills with tombstones of released locks: a memtable
+        // bloom filter answers them without walking the skip list.
+        opts.set_memtable_whole_key_filtering(true);
         opts.set_memtable_prefix_bloom_ratio(0.1);
     }
     opts.set_block_based_table_factory(&table);
