@@ -6,7 +6,8 @@
 //!   (prewrite, commit, rollback, check_txn_status, ...). Each reads a
 //!   snapshot through an `MvccReader` and records modifications in an
 //!   `MvccTxn`; none writes. Their behaviour is TiKV's, scenario by scenario
-//!   (see the tests beside each action and `tests/txn_behaviour.rs`).
+//!   (`tests/txn_behaviour.rs`), and a randomized model test drives them
+//!   against a reference model (`tests/txn_model.rs`).
 //! * **commands**: a request of one region (a batch of keys for one action)
 //!   with its argument checks, run by a **scheduler** that latches the keys,
 //!   takes a snapshot, runs the action and writes its buffer atomically.
@@ -15,8 +16,9 @@
 //! * **client**: the coordinator (timestamps, parallel prewrite, 2PC /
 //!   async commit / 1PC, lock resolution).
 //!
-//! Commands, scheduler and client are being built (see the project's open
-//! issues); the actions are complete.
+//! The actions, latches ([`scheduler::latches`]) and the
+//! [`concurrency_manager`] exist; commands, the scheduler itself, `Storage`
+//! and the client are being built (see the project's open issues).
 
 pub mod actions;
 pub mod concurrency_manager;

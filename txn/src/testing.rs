@@ -10,7 +10,7 @@
 use percolate_engine::{Engine, WriteOptions};
 use percolate_mvcc::testing::ts;
 use percolate_mvcc::{
-    Key, Lock, MvccReader, MvccTxn, PointGetterBuilder, TimeStamp, Write, WriteType,
+    Key, Lock, LockType, MvccReader, MvccTxn, PointGetterBuilder, TimeStamp, Write, WriteType,
 };
 
 use crate::actions::check_secondary_locks::{SecondaryLockStatus, check_secondary_lock};
@@ -19,9 +19,11 @@ use crate::actions::cleanup::{CleanupKind, cleanup};
 use crate::actions::commit::commit;
 use crate::actions::gc::{GcInfo, gc};
 use crate::actions::heart_beat::txn_heart_beat;
+use crate::actions::mvcc_by_key::{MvccInfo, mvcc_by_key};
 use crate::actions::prewrite::{
     CommitKind, Mutation, PrewriteResult, TransactionProperties, prewrite_mutations,
 };
+use crate::actions::resolve_lock::{resolve_lock_batch, resolve_lock_key};
 use crate::actions::{ReleasedLock, TxnStatus};
 use crate::{Error, Result};
 
@@ -96,8 +98,24 @@ impl<E: Engine> TxnFixture<E> {
         let mut reader = self.reader();
         match action(&mut txn, &mut reader) {
             Ok(v) => panic!("expected an error, got {v:?}"),
-            Err(e) => e,
+            Err(e) => {
+                assert!(
+                    txn.is_empty(),
+                    "a failed action recorded {:?}",
+                    txn.modifies()
+                );
+                e
+            }
         }
+    }
+
+    /// Runs `op` and asserts that it changed no record of any CF.
+    #[track_caller]
+    pub fn assert_unchanged<T>(&self, op: impl FnOnce() -> T) -> T {
+        let before = self.dump();
+        let out = op();
+        assert_eq!(before, self.dump(), "expected no change");
+        out
     }
 
     // ------------------------------------------------------------ prewrite
@@ -133,6 +151,60 @@ impl<E: Engine> TxnFixture<E> {
         }
         self.write(txn);
         Ok(result)
+    }
+
+    /// Properties of an async-commit transaction: `max_ts` is the region's
+    /// max_ts the concurrency manager would give, `max_commit_ts` the
+    /// client's limit (0 = none).
+    pub fn async_props(
+        primary: &[u8],
+        start_ts: u64,
+        max_ts: u64,
+        max_commit_ts: u64,
+    ) -> TransactionProperties {
+        TransactionProperties {
+            commit_kind: CommitKind::Async {
+                max_commit_ts: ts(max_commit_ts),
+            },
+            max_ts: ts(max_ts),
+            ..Self::props(primary, start_ts)
+        }
+    }
+
+    /// Properties of a 1PC transaction; see [`async_props`](Self::async_props).
+    pub fn one_pc_props(
+        primary: &[u8],
+        start_ts: u64,
+        max_ts: u64,
+        max_commit_ts: u64,
+    ) -> TransactionProperties {
+        TransactionProperties {
+            commit_kind: CommitKind::OnePc {
+                max_commit_ts: ts(max_commit_ts),
+            },
+            max_ts: ts(max_ts),
+            ..Self::props(primary, start_ts)
+        }
+    }
+
+    /// Runs one prewrite request that must succeed without meeting locks;
+    /// returns its result.
+    #[track_caller]
+    pub fn must_prewrite_mutations(
+        &self,
+        props: &TransactionProperties,
+        mutations: Vec<Mutation>,
+        secondaries: Option<&[Vec<u8>]>,
+    ) -> PrewriteResult {
+        let result = self
+            .prewrite(props, mutations, secondaries)
+            .unwrap_or_else(|e| panic!("prewrite failed: {e}"));
+        assert!(
+            result.locks.is_empty(),
+            "prewrite met locks: {:?}",
+            result.locks
+        );
+        result
     }
 
     /// Prewrites one mutation in a 2PC transaction; panics on error.
@@ -220,6 +292,58 @@ impl<E: Engine> TxnFixture<E> {
         };
         self.must_prewrite_put_with(k, value, &props, secondaries)
             .min_commit_ts
+    }
+
+    /// Prewrites and commits a Put of `k` (its own primary).
+    #[track_caller]
+    pub fn must_put_committed(&self, k: &[u8], value: &[u8], start_ts: u64, commit_ts: u64) {
+        self.must_prewrite_put(k, value, k, start_ts);
+        self.must_commit(k, start_ts, commit_ts);
+    }
+
+    /// Prewrites and commits a Delete of `k` (its own primary).
+    #[track_caller]
+    pub fn must_delete_committed(&self, k: &[u8], start_ts: u64, commit_ts: u64) {
+        self.must_prewrite_delete(k, k, start_ts);
+        self.must_commit(k, start_ts, commit_ts);
+    }
+
+    /// Prewrites and commits a lock-only mutation of `k` (its own primary).
+    #[track_caller]
+    pub fn must_lock_committed(&self, k: &[u8], start_ts: u64, commit_ts: u64) {
+        self.must_prewrite_lock(k, k, start_ts);
+        self.must_commit(k, start_ts, commit_ts);
+    }
+
+    // ------------------------------------------------- records, directly
+
+    /// A pessimistic lock (type `S`) of `start_ts` with `for_update_ts`
+    /// and a TTL of 3 s, as AcquirePessimisticLock leaves it.
+    pub fn pessimistic_lock(primary: &[u8], start_ts: u64, for_update_ts: u64) -> Lock {
+        Lock {
+            for_update_ts: ts(for_update_ts),
+            ..Lock::new(LockType::Pessimistic, primary.to_vec(), ts(start_ts), 3000)
+        }
+    }
+
+    /// Writes `lock` on `k` as it is, through [`MvccTxn::put_lock`]: for
+    /// states no action here reaches (a pessimistic lock, a pessimistic
+    /// prewrite).
+    pub fn must_put_lock(&self, k: &[u8], lock: &Lock) {
+        self.run(lock.ts.into_inner(), |txn, _| {
+            txn.put_lock(key(k), lock);
+            Ok(())
+        })
+        .expect("put_lock records only");
+    }
+
+    /// Writes `write` at `k@commit_ts` as it is.
+    pub fn must_put_write(&self, k: &[u8], commit_ts: u64, write: &Write) {
+        self.run(write.start_ts.into_inner(), |txn, _| {
+            txn.put_write(key(k), ts(commit_ts), write);
+            Ok(())
+        })
+        .expect("put_write records only");
     }
 
     // ------------------------------------------------------ other actions
@@ -317,6 +441,58 @@ impl<E: Engine> TxnFixture<E> {
         })
     }
 
+    /// Sends a heart beat that must succeed; returns the TTL in force.
+    #[track_caller]
+    pub fn must_heart_beat(&self, primary: &[u8], start_ts: u64, advise_ttl: u64) -> u64 {
+        self.heart_beat(primary, start_ts, advise_ttl)
+            .unwrap_or_else(|e| panic!("heart beat failed: {e}"))
+    }
+
+    /// ResolveLockLite: commits (`commit_ts` non-zero) or rolls back each
+    /// of `keys` for `start_ts`, in one write.
+    #[track_caller]
+    pub fn must_resolve_lock_lite(&self, keys: &[&[u8]], start_ts: u64, commit_ts: u64) {
+        self.run(start_ts, |txn, reader| {
+            keys.iter()
+                .try_for_each(|k| resolve_lock_key(txn, reader, key(k), ts(commit_ts)).map(drop))
+        })
+        .unwrap_or_else(|e| panic!("resolve_lock_lite failed: {e}"));
+    }
+
+    /// ResolveLock over the raw key range `[start, end)` (unbounded where
+    /// `None`) in batches of `batch_size` locks (0 = all at once), each
+    /// batch on a fresh snapshot and written before the next is read.
+    /// Returns the number of locks of each batch; on error, the batches
+    /// before it stay written.
+    pub fn resolve_lock_range(
+        &self,
+        start_ts: u64,
+        commit_ts: u64,
+        start: Option<&[u8]>,
+        end: Option<&[u8]>,
+        batch_size: usize,
+    ) -> Result<Vec<usize>> {
+        let end = end.map(key);
+        let mut next = start.map(key);
+        let mut batches = Vec::new();
+        loop {
+            let batch = resolve_lock_batch(
+                &self.engine.snapshot(),
+                ts(start_ts),
+                ts(commit_ts),
+                next.as_ref(),
+                end.as_ref(),
+                batch_size,
+            )?;
+            batches.push(batch.resolved);
+            self.write(batch.txn);
+            match batch.next_start {
+                Some(key) => next = Some(key),
+                None => return Ok(batches),
+            }
+        }
+    }
+
     /// Checks one secondary lock of `start_ts`.
     #[track_caller]
     pub fn must_check_secondary_lock(&self, k: &[u8], start_ts: u64) -> SecondaryLockStatus {
@@ -394,6 +570,12 @@ impl<E: Engine> TxnFixture<E> {
         let write = self.must_written(k, start_ts, start_ts, WriteType::Rollback);
         assert_eq!(write.is_protected(), protected, "protection of {write:?}");
         write
+    }
+
+    /// Every record of `k` (lock, write records, long values), as
+    /// MvccGetByKey shows them.
+    pub fn mvcc_info(&self, k: &[u8]) -> MvccInfo {
+        mvcc_by_key(&mut self.reader(), &key(k)).expect("read the records of a key")
     }
 
     /// Every record of `k`, newest first.

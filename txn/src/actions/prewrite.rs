@@ -173,7 +173,10 @@ pub fn prewrite<S: Snapshot>(
     let newest = check_for_newer_version(reader, props, &mutation.key)?;
     check_existence(reader, props, &mutation, newest)?;
     let Some(lock_type) = mutation.lock_type() else {
-        return Ok(PrewriteKeyResult::default());
+        return Ok(PrewriteKeyResult {
+            min_commit_ts: check_only_min_commit_ts(props),
+            one_pc_lock: None,
+        });
     };
     let mut lock = Lock::new(
         lock_type,
@@ -327,6 +330,19 @@ fn check_existence<S: Snapshot>(
         existing_commit_ts,
     }
     .into())
+}
+
+/// The min_commit_ts of a key that is only checked (CheckNotExists): zero
+/// for 2PC; for async commit and 1PC `max(requested min_commit_ts,
+/// start_ts + 1)`. max_ts plays no part: the check leaves no lock, so there
+/// is nothing a reader could miss.
+fn check_only_min_commit_ts(props: &TransactionProperties) -> TimeStamp {
+    match props.commit_kind {
+        CommitKind::TwoPc => TimeStamp::zero(),
+        CommitKind::Async { .. } | CommitKind::OnePc { .. } => {
+            props.min_commit_ts.max(props.start_ts.next())
+        }
+    }
 }
 
 /// Sets the async-commit fields of `lock` and computes its min_commit_ts
