@@ -119,11 +119,11 @@ impl<S: Snapshot> ForwardScanner<S> {
                     WriteType::Lock | WriteType::Rollback => Visible::Unknown,
                 };
             }
+            self.step_write()?;
+            steps += 1;
             if !matches!(visible, Visible::Unknown) {
                 break;
             }
-            self.step_write()?;
-            steps += 1;
         }
         self.skip_rest_of(key)?;
         match visible {

@@ -229,7 +229,7 @@ struct Position {
     has_write: bool,
     /// The verdict on `key`'s lock: `Ok(Some(lock))` to read an access
     /// lock, `Ok(None)` to read committed data, `Err` when the lock blocks.
-    lock: Result<Option<Lock>>,
+    lock: Result<Option<Box<Lock>>>,
 }
 
 impl<S: Snapshot> ScannerCore<S> {
@@ -294,7 +294,7 @@ impl<S: Snapshot> ScannerCore<S> {
 
     /// Applies the lock rule to the lock under the lock cursor, which sits
     /// on `key`. `Ok(Some(lock))` means: read this access lock's value.
-    fn check_lock(&self, key: &Key) -> Result<Option<Lock>> {
+    fn check_lock(&self, key: &Key) -> Result<Option<Box<Lock>>> {
         let Some(cursor) = &self.cursors.lock else {
             return Ok(None);
         };
@@ -302,12 +302,12 @@ impl<S: Snapshot> ScannerCore<S> {
             .map_err(|e| Error::corruption(Cf::Lock, cursor.key(), e))?;
         match check_lock_conflict(lock, key, self.config.ts, &self.config.policy)? {
             LockDecision::Ignore => Ok(None),
-            LockDecision::ReadLock(lock) => Ok(Some(*lock)),
+            LockDecision::ReadLock(lock) => Ok(Some(lock)),
         }
     }
 
     /// The value an access lock stands for (`None` for a Delete).
-    fn value_from_lock(&mut self, key: &Key, lock: Lock) -> Result<Option<Vec<u8>>> {
+    fn value_from_lock(&mut self, key: &Key, lock: Box<Lock>) -> Result<Option<Vec<u8>>> {
         match lock.lock_type {
             LockType::Put if self.config.key_only => Ok(Some(Vec::new())),
             LockType::Put => match lock.short_value {
