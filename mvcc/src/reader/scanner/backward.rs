@@ -29,7 +29,7 @@ impl<S: Snapshot> BackwardScanner<S> {
             let key = position.key;
             let value = match position.lock {
                 Err(e) => Err(e),
-                Ok(Some(lock)) => self.core.value_from_lock(&key, lock),
+                Ok(Some(lock)) => self.core.value_from_lock(&key, *lock),
                 Ok(None) if position.has_write => self.core.read_key_at_ts(&key),
                 Ok(None) => Ok(None),
             };

@@ -47,7 +47,7 @@ impl<S: Snapshot> ForwardScanner<S> {
                     if position.has_write {
                         self.skip_rest_of(&key)?;
                     }
-                    self.core.value_from_lock(&key, lock)?
+                    self.core.value_from_lock(&key, *lock)?
                 }
                 Ok(None) if position.has_write => self.read_key(&key)?,
                 Ok(None) => None,

@@ -307,7 +307,7 @@ impl<S: Snapshot> ScannerCore<S> {
     }
 
     /// The value an access lock stands for (`None` for a Delete).
-    fn value_from_lock(&mut self, key: &Key, lock: Box<Lock>) -> Result<Option<Vec<u8>>> {
+    fn value_from_lock(&mut self, key: &Key, lock: Lock) -> Result<Option<Vec<u8>>> {
         match lock.lock_type {
             LockType::Put if self.config.key_only => Ok(Some(Vec::new())),
             LockType::Put => match lock.short_value {
