@@ -3,9 +3,12 @@
 # libclang, which rocksdb's bindgen loads at build time. Idempotent.
 set -euo pipefail
 
+# libclang itself (libclang.so, libclang-14.so.1), not libclang-cpp, which
+# some images carry without it.
 have_libclang() {
-    ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' ||
-        compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null
+    ldconfig -p 2>/dev/null | grep -Eq 'libclang(-[0-9.]+)?\.so' ||
+        compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
+        compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null
 }
 
 if ! have_libclang; then
