@@ -257,19 +257,11 @@ impl<E: Engine> TxnFixture<E> {
         props: &TransactionProperties,
         secondaries: Option<&[Vec<u8>]>,
     ) -> PrewriteResult {
-        let result = self
-            .prewrite(
-                props,
-                vec![Mutation::put(key(k), value.to_vec())],
-                secondaries,
-            )
-            .unwrap_or_else(|e| panic!("prewrite failed: {e}"));
-        assert!(
-            result.locks.is_empty(),
-            "prewrite met locks: {:?}",
-            result.locks
-        );
-        result
+        self.must_prewrite_mutations(
+            props,
+            vec![Mutation::put(key(k), value.to_vec())],
+            secondaries,
+        )
     }
 
     /// Prewrites an async-commit Put and returns its min_commit_ts (zero if
