@@ -30,10 +30,10 @@ impl<S: Snapshot> BackwardScanner<S> {
             let value = match position.lock {
                 Err(e) => Err(e),
                 Ok(Some(lock)) => self.core.value_from_lock(&key, *lock),
-                Ok(None) if position.has_write => self.core.read_key_at_ts(&key),
+                Ok(None) if position.write_ts.is_some() => self.core.read_key_at_ts(&key),
                 Ok(None) => Ok(None),
             };
-            if position.has_write {
+            if position.write_ts.is_some() {
                 self.skip_before(&key)?;
             }
             if let Some(value) = value? {
@@ -60,6 +60,7 @@ impl<S: Snapshot> BackwardScanner<S> {
     /// Moves the write cursor to the last record before every version of
     /// `key`: the encoded key alone sorts before `key@ts` for every ts.
     fn skip_before(&mut self, key: &Key) -> Result<()> {
+        self.core.write_head = None;
         self.core.statistics.write.seek += 1;
         self.core.cursors.write.seek_for_prev(key.as_encoded())?;
         Ok(())

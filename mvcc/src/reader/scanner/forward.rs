@@ -9,7 +9,7 @@ use percolate_engine::{Cf, EngineIterator, Snapshot};
 use super::{SEEK_BOUND, ScannerCore};
 use crate::codec::encode_u64_desc;
 use crate::reader::mvcc_reader::{parse_version, split_stored_key};
-use crate::{Key, Result, TimeStamp, WriteType};
+use crate::{Error, Key, Result, TimeStamp, WriteRef, WriteType};
 
 /// Scans ascending keys. Built by [`ScannerBuilder`](super::ScannerBuilder).
 pub struct ForwardScanner<S: Snapshot> {
@@ -38,19 +38,21 @@ impl<S: Snapshot> ForwardScanner<S> {
             let key = position.key;
             let value = match position.lock {
                 Err(e) => {
-                    if position.has_write {
+                    if position.write_ts.is_some() {
                         self.skip_rest_of(&key)?;
                     }
                     return Err(e);
                 }
                 Ok(Some(lock)) => {
-                    if position.has_write {
+                    if position.write_ts.is_some() {
                         self.skip_rest_of(&key)?;
                     }
                     self.core.value_from_lock(&key, *lock)?
                 }
-                Ok(None) if position.has_write => self.read_key(&key)?,
-                Ok(None) => None,
+                Ok(None) => match position.write_ts {
+                    Some(first_ts) => self.read_key(&key, first_ts)?,
+                    None => None,
+                },
             };
             if let Some(value) = value {
                 return Ok(Some((key, value)));
@@ -74,11 +76,13 @@ impl<S: Snapshot> ForwardScanner<S> {
     }
 
     fn step_write(&mut self) -> Result<bool> {
+        self.core.write_head = None;
         self.core.statistics.write.next += 1;
         Ok(self.core.cursors.write.next()?)
     }
 
     fn seek_write(&mut self, key: &Key, ts: TimeStamp) -> Result<bool> {
+        self.core.write_head = None;
         self.core.statistics.write.seek += 1;
         let mut target = Vec::with_capacity(key.len() + 8);
         target.extend_from_slice(key.as_encoded());
@@ -88,13 +92,21 @@ impl<S: Snapshot> ForwardScanner<S> {
 
     /// Reads the visible value of `key`, whose first record is under the
     /// write cursor, and leaves the cursor on the next user key.
-    fn read_key(&mut self, key: &Key) -> Result<Option<Vec<u8>>> {
+    /// `first_ts` is the commit_ts of that first record, already read.
+    fn read_key(&mut self, key: &Key, first_ts: TimeStamp) -> Result<Option<Vec<u8>>> {
         let ts = self.core.config.ts;
         let mut visible = Visible::Unknown;
         let mut steps = 0;
+        let mut known_ts = Some(first_ts);
         while self.core.cursors.write.valid()? {
             let cursor = &self.core.cursors.write;
-            let Some((commit_ts, write)) = parse_version(key, cursor.key(), cursor.value())? else {
+            let version = match known_ts.take() {
+                Some(commit_ts) => WriteRef::parse(cursor.value())
+                    .map(|write| Some((commit_ts, write)))
+                    .map_err(|e| Error::corruption(Cf::Write, cursor.key(), e))?,
+                None => parse_version(key, cursor.key(), cursor.value())?,
+            };
+            let Some((commit_ts, write)) = version else {
                 break;
             };
             if commit_ts > ts {
@@ -154,13 +166,18 @@ impl<S: Snapshot> ForwardScanner<S> {
         Ok(())
     }
 
-    /// Whether the write cursor rests on a record of `key`.
-    fn on_key(&self, key: &Key) -> Result<bool> {
+    /// Whether the write cursor rests on a record of `key`. When it rests
+    /// on another key, that key is kept as the next position's head.
+    fn on_key(&mut self, key: &Key) -> Result<bool> {
         let cursor = &self.core.cursors.write;
         if !cursor.valid()? {
             return Ok(false);
         }
-        let (user, _) = split_stored_key(Cf::Write, cursor.key())?;
-        Ok(user == key.as_encoded().as_slice())
+        let (user, commit_ts) = split_stored_key(Cf::Write, cursor.key())?;
+        if user == key.as_encoded().as_slice() {
+            return Ok(true);
+        }
+        self.core.write_head = Some((user.to_vec(), commit_ts));
+        Ok(false)
     }
 }

@@ -123,6 +123,7 @@ impl<S: Snapshot> ScannerBuilder<S> {
             reader,
             statistics: Statistics::default(),
             started: false,
+            write_head: None,
         };
         Ok(if inner.config.reverse {
             Scanner::Backward(BackwardScanner::new(inner))
@@ -214,19 +215,25 @@ struct ScannerCore<S: Snapshot> {
     reader: MvccReader<S>,
     statistics: Statistics,
     started: bool,
+    /// The user key of the record under the write cursor, when a scanner
+    /// already read it since the cursor last moved (so the next position
+    /// need not read it again). Cleared by every move of the write cursor.
+    write_head: Option<(Vec<u8>, TimeStamp)>,
 }
 
 /// The user keys under the two cursors.
 struct Heads {
-    write: Option<Vec<u8>>,
+    /// The user key and commit_ts of the record under the write cursor.
+    write: Option<(Vec<u8>, TimeStamp)>,
     lock: Option<Vec<u8>>,
 }
 
 /// The next user key a scan visits.
 struct Position {
     key: Key,
-    /// Whether the write cursor rests on a record of `key`.
-    has_write: bool,
+    /// The commit_ts of the record of `key` under the write cursor, if the
+    /// cursor rests on one.
+    write_ts: Option<TimeStamp>,
     /// The verdict on `key`'s lock: `Ok(Some(lock))` to read an access
     /// lock, `Ok(None)` to read committed data, `Err` when the lock blocks.
     lock: Result<Option<Box<Lock>>>,
@@ -238,16 +245,16 @@ impl<S: Snapshot> ScannerCore<S> {
     /// the lock cursor moved past it.
     fn next_position(&mut self) -> Result<Option<Position>> {
         let Heads { write, lock } = self.heads()?;
-        let (current, has_write, has_lock) = match (write, lock) {
+        let (current, write_ts, has_lock) = match (write, lock) {
             (None, None) => return Ok(None),
-            (Some(w), None) => (w, true, false),
-            (None, Some(l)) => (l, false, true),
-            (Some(w), Some(l)) => match (w.cmp(&l), self.config.reverse) {
-                (std::cmp::Ordering::Equal, _) => (w, true, true),
+            (Some((w, ts)), None) => (w, Some(ts), false),
+            (None, Some(l)) => (l, None, true),
+            (Some((w, ts)), Some(l)) => match (w.cmp(&l), self.config.reverse) {
+                (std::cmp::Ordering::Equal, _) => (w, Some(ts), true),
                 (std::cmp::Ordering::Less, false) | (std::cmp::Ordering::Greater, true) => {
-                    (w, true, false)
+                    (w, Some(ts), false)
                 }
-                _ => (l, false, true),
+                _ => (l, None, true),
             },
         };
         let key = Key::from_encoded(current);
@@ -260,7 +267,7 @@ impl<S: Snapshot> ScannerCore<S> {
         };
         Ok(Some(Position {
             key,
-            has_write,
+            write_ts,
             lock,
         }))
     }
@@ -277,11 +284,13 @@ impl<S: Snapshot> ScannerCore<S> {
         Ok(())
     }
 
-    fn heads(&self) -> Result<Heads> {
-        let write = if self.cursors.write.valid()? {
+    fn heads(&mut self) -> Result<Heads> {
+        let write = if let Some(head) = self.write_head.take() {
+            Some(head)
+        } else if self.cursors.write.valid()? {
             let stored = self.cursors.write.key();
-            let (user, _) = super::mvcc_reader::split_stored_key(Cf::Write, stored)?;
-            Some(user.to_vec())
+            let (user, commit_ts) = super::mvcc_reader::split_stored_key(Cf::Write, stored)?;
+            Some((user.to_vec(), commit_ts))
         } else {
             None
         };
