@@ -20,6 +20,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType,
     DBRawIteratorWithThreadMode, Options, ReadOptions, SliceTransform, SnapshotWithThreadMode,
@@ -238,7 +240,13 @@ impl Engine for RocksEngine {
     fn snapshot(&self) -> RocksSnapshot {
         RocksSnapshot {
             cell: Arc::new(SnapshotCell::new(self.inner.clone(), |inner| {
-                inner.db.snapshot()
+                let snapshot = inner.db.snapshot();
+                let mut point_read = ReadOptions::default();
+                point_read.set_snapshot(&snapshot);
+                SnapshotParts {
+                    point_read: Mutex::new(point_read),
+                    snapshot,
+                }
             })),
         }
     }
@@ -264,7 +272,15 @@ impl Engine for RocksEngine {
     }
 }
 
-type DbSnapshot<'a> = SnapshotWithThreadMode<'a, DB>;
+/// A RocksDB snapshot and the read options of its point reads.
+///
+/// Invariant: `point_read` refers to `snapshot`, so it is declared first
+/// and dropped before the snapshot is released.
+struct SnapshotParts<'a> {
+    /// Read options pinned to `snapshot`, made once instead of per get.
+    point_read: Mutex<ReadOptions>,
+    snapshot: SnapshotWithThreadMode<'a, DB>,
+}
 
 self_cell::self_cell!(
     /// A RocksDB snapshot that owns (a share of) its database, so that it can
@@ -272,7 +288,7 @@ self_cell::self_cell!(
     struct SnapshotCell {
         owner: Arc<Inner>,
         #[covariant]
-        dependent: DbSnapshot,
+        dependent: SnapshotParts,
     }
 );
 
@@ -299,11 +315,8 @@ impl Snapshot for RocksSnapshot {
 
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let handle = handle(self.db(), cf)?;
-        let value = self.cell.borrow_dependent().get_pinned_cf_opt(
-            handle,
-            data_key(key),
-            ReadOptions::default(),
-        )?;
+        let read = self.cell.borrow_dependent().point_read.lock();
+        let value = self.db().get_pinned_cf_opt(handle, data_key(key), &read)?;
         Ok(value.map(|v| v.to_vec()))
     }
 
@@ -328,6 +341,7 @@ impl Snapshot for RocksSnapshot {
                 snapshot
                     .cell
                     .borrow_dependent()
+                    .snapshot
                     .raw_iterator_cf_opt(handle, read),
             )
         })?;
