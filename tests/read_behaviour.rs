@@ -5,10 +5,10 @@
 //! a lock, a commit turns it into a write record, a rollback leaves a
 //! Rollback record): these tests are about what readers make of the records.
 //!
-//! Not here, because the layer they need comes later: A10's push through
-//! CheckTxnStatus (the pushed lock is written directly instead), A20 (max_ts
-//! is the concurrency manager's), B2 (the argument order of Storage's scan)
-//! and B13 (in-memory locks).
+//! A20, B2 and B13 concern the region's read path (`percolate::txn::read`:
+//! max_ts and in-memory locks of the concurrency manager, KvScan's argument
+//! order). A10's push through CheckTxnStatus is done by rewriting the lock
+//! (CheckTxnStatus itself is tested in txn_behaviour.rs, G3).
 
 use percolate::engine::testing::temp_rocks_engine;
 use percolate::engine::{Engine, MemoryEngine};
@@ -17,6 +17,8 @@ use percolate::mvcc::{
     Error, IsolationLevel, Key, Lock, LockType, PointGetterBuilder, RollbackProtection, TimeStamp,
     TsSet, Write, WriteConflictReason, WriteType,
 };
+use percolate::txn::concurrency_manager::ConcurrencyManager;
+use percolate::txn::read::{self, ReadOptions, ScanRequest};
 
 const MAX: TimeStamp = TimeStamp::max();
 
@@ -638,6 +640,116 @@ fn b11_rc_check_ts_scan_fails_on_first_conflict<E: Engine>(f: MvccFixture<E>) {
     );
 }
 
+/// A20: reads advance max_ts; stale reads and reads at MAX do not.
+fn a20_reads_advance_max_ts<E: Engine>(f: MvccFixture<E>) {
+    let cm = ConcurrencyManager::new(ts(50));
+    let key = Key::from_raw(b"k");
+    let get = |read_ts: TimeStamp, stale_read: bool| {
+        let options = ReadOptions {
+            stale_read,
+            ..Default::default()
+        };
+        read::get(f.engine().snapshot(), &cm, &key, read_ts, &options).unwrap()
+    };
+    assert_eq!(get(ts(100), false), None);
+    assert_eq!(cm.max_ts(), ts(100));
+    get(ts(200), true);
+    assert_eq!(cm.max_ts(), ts(100));
+    get(MAX, false);
+    assert_eq!(cm.max_ts(), ts(100));
+    cm.update_max_ts(MAX);
+    assert_eq!(cm.max_ts(), ts(100));
+}
+
+/// B2: a reverse KvScan takes `start_key` as the exclusive upper bound and
+/// `end_key` as the inclusive lower bound.
+fn b2_reverse_scan_argument_order<E: Engine>(f: MvccFixture<E>) {
+    for key in [b"a", b"b", b"c"] {
+        f.put_committed(key, key, 1, 2);
+    }
+    let cm = ConcurrencyManager::new(ts(1));
+    let keys = |start: &[u8], end: &[u8], reverse: bool| {
+        let request = ScanRequest {
+            start_key: Key::from_raw(start),
+            end_key: Some(Key::from_raw(end)),
+            limit: 0,
+            ts: ts(10),
+            key_only: false,
+            reverse,
+        };
+        read::scan(
+            f.engine().snapshot(),
+            &cm,
+            &request,
+            &ReadOptions::default(),
+        )
+        .unwrap()
+        .into_iter()
+        .map(|e| e.unwrap().0.to_raw().unwrap())
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        keys(b"\xff", b"b", true),
+        vec![b"c".to_vec(), b"b".to_vec()]
+    );
+    assert_eq!(
+        keys(b"\x00", b"c", false),
+        vec![b"a".to_vec(), b"b".to_vec()]
+    );
+}
+
+/// B13: an in-memory lock in the range fails the whole scan (not a per-key
+/// entry), in both directions, unless its transaction is bypassed.
+fn b13_memory_lock_fails_the_whole_scan<E: Engine>(f: MvccFixture<E>) {
+    for key in [&b"a"[..], b"b", b"key", b"z"] {
+        f.put_committed(key, b"v", 1, 2);
+    }
+    let cm = ConcurrencyManager::new(ts(1));
+    let guards = cm.lock_keys([Key::from_raw(b"key")]);
+    guards[0].set_lock(Lock::new(LockType::Put, b"key".to_vec(), ts(10), 3000));
+    let scan = |start: &[u8], reverse: bool, bypass: TsSet| {
+        let request = ScanRequest {
+            start_key: Key::from_raw(start),
+            end_key: None,
+            limit: 0,
+            ts: ts(100),
+            key_only: false,
+            reverse,
+        };
+        let options = ReadOptions {
+            bypass_locks: bypass,
+            ..Default::default()
+        };
+        read::scan(f.engine().snapshot(), &cm, &request, &options)
+    };
+    for (start, reverse) in [(&b"a"[..], false), (&b"\xff"[..], true)] {
+        match scan(start, reverse, TsSet::new()) {
+            Err(percolate::txn::Error::Mvcc(Error::KeyIsLocked(info))) => {
+                assert_eq!(info.key, b"key")
+            }
+            other => panic!("expected a request-level KeyIsLocked, got {other:?}"),
+        }
+        assert_eq!(scan(start, reverse, set([10])).unwrap().len(), 4);
+    }
+    // A point get of the key is blocked too; of another key, not.
+    let get = |key: &[u8]| {
+        read::get(
+            f.engine().snapshot(),
+            &cm,
+            &Key::from_raw(key),
+            ts(100),
+            &ReadOptions::default(),
+        )
+    };
+    assert!(matches!(
+        get(b"key"),
+        Err(percolate::txn::Error::Mvcc(Error::KeyIsLocked(_)))
+    ));
+    assert_eq!(get(b"b").unwrap().as_deref(), Some(&b"v"[..]));
+    drop(guards);
+    assert_eq!(scan(b"a", false, TsSet::new()).unwrap().len(), 4);
+}
+
 // ------------------------------------------------ beyond the catalogue
 
 /// Key-only scans never read the default CF; long values are loaded from
@@ -811,6 +923,9 @@ on_both_engines!(
     b8_scan_access_locks,
     b10_rc_scan_never_reads_the_lock_cf,
     b11_rc_check_ts_scan_fails_on_first_conflict,
+    a20_reads_advance_max_ts,
+    b2_reverse_scan_argument_order,
+    b13_memory_lock_fails_the_whole_scan,
     scan_key_only_and_long_values,
     point_get_costs_one_write_cf_lookup,
     scan_many_versions,

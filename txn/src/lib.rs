@@ -23,6 +23,7 @@
 pub mod actions;
 pub mod concurrency_manager;
 mod errors;
+pub mod read;
 pub mod scheduler;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

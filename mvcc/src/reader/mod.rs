@@ -177,6 +177,24 @@ fn check_rc_ts(lock: Lock, key: &Key, ts: TimeStamp) -> Result<LockDecision> {
     })
 }
 
+/// Whether `lock` on `key` blocks a snapshot-isolation read at `ts`, by the
+/// rule of [`PointGetter`] (locks of transactions in `bypass_locks` never
+/// do). For locks that are not in the lock CF, such as the in-memory locks
+/// of prewrites in flight.
+pub fn check_lock_blocks_read(
+    lock: &Lock,
+    key: &Key,
+    ts: TimeStamp,
+    bypass_locks: &TsSet,
+) -> Result<()> {
+    let policy = LockPolicy {
+        isolation_level: IsolationLevel::Si,
+        bypass_locks: bypass_locks.clone(),
+        access_locks: TsSet::new(),
+    };
+    check_lock_conflict(lock.clone(), key, ts, &policy).map(|_| ())
+}
+
 /// At RcCheckTs, a Put or Delete committed above the read ts fails the read:
 /// the caller must retry at a newer ts. Other levels never check.
 pub(crate) fn check_rc_newer_write<S: percolate_engine::Snapshot>(

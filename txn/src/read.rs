@@ -1,0 +1,116 @@
+//! The read path of a region: point gets and scans that first count their
+//! timestamp in the region's `max_ts` and check the in-memory locks of
+//! prewrites in flight, then read a snapshot.
+//!
+//! The order matters (see [`ConcurrencyManager`]): raising `max_ts` before
+//! looking at the memory locks guarantees that an async-commit or 1PC
+//! prewrite racing with this read either is seen here as a lock, or
+//! computes its commit_ts above this read's ts.
+
+use percolate_engine::Snapshot;
+use percolate_mvcc::reader::check_lock_blocks_read;
+use percolate_mvcc::{
+    IsolationLevel, Key, KvPair, PointGetterBuilder, ScannerBuilder, TimeStamp, TsSet,
+};
+
+use crate::Result;
+use crate::concurrency_manager::ConcurrencyManager;
+
+/// How a read treats locks and `max_ts`.
+#[derive(Clone, Debug, Default)]
+pub struct ReadOptions {
+    /// Defaults to [`IsolationLevel::Si`].
+    pub isolation_level: IsolationLevel,
+    /// Transactions whose locks the caller resolved or pushed: ignored.
+    pub bypass_locks: TsSet,
+    /// Transactions known committed: their pending values are read.
+    pub access_locks: TsSet,
+    /// A read at a timestamp chosen by the caller rather than the oracle
+    /// (a stale read): it does not raise `max_ts`. Defaults to false.
+    pub stale_read: bool,
+}
+
+/// A scan in KvScan's vocabulary.
+#[derive(Clone, Debug)]
+pub struct ScanRequest {
+    /// Forward: the inclusive lower bound. Reverse: the exclusive upper
+    /// bound (as TiKV's KvScan takes it).
+    pub start_key: Key,
+    /// Forward: the exclusive upper bound. Reverse: the inclusive lower
+    /// bound. `None`: unbounded.
+    pub end_key: Option<Key>,
+    /// Most entries returned (0 = no limit).
+    pub limit: usize,
+    /// The read ts.
+    pub ts: TimeStamp,
+    /// Return keys with empty values.
+    pub key_only: bool,
+    /// Scan from `start_key` down.
+    pub reverse: bool,
+}
+
+/// Counts a read at `ts` in `max_ts`. RC reads never check locks, so they
+/// need not be counted; stale reads use a ts the oracle did not hand out.
+fn note_read(cm: &ConcurrencyManager, ts: TimeStamp, options: &ReadOptions) {
+    if !options.stale_read && options.isolation_level != IsolationLevel::Rc {
+        cm.update_max_ts(ts);
+    }
+}
+
+/// The value of `key` at `ts`.
+pub fn get<S: Snapshot>(
+    snapshot: S,
+    cm: &ConcurrencyManager,
+    key: &Key,
+    ts: TimeStamp,
+    options: &ReadOptions,
+) -> Result<Option<Vec<u8>>> {
+    note_read(cm, ts, options);
+    if options.isolation_level == IsolationLevel::Si {
+        cm.read_key_check(key, |lock, key| {
+            check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
+        })?;
+    }
+    Ok(PointGetterBuilder::new(snapshot, ts)
+        .isolation_level(options.isolation_level)
+        .bypass_locks(options.bypass_locks.clone())
+        .access_locks(options.access_locks.clone())
+        .build()
+        .get(key)?)
+}
+
+/// A range read: pairs, and one `KeyIsLocked` entry per key locked in the
+/// lock CF. A blocking in-memory lock anywhere in the range fails the whole
+/// request instead: its key is not in the lock CF yet, so the scan could
+/// not report it per key.
+pub fn scan<S: Snapshot>(
+    snapshot: S,
+    cm: &ConcurrencyManager,
+    request: &ScanRequest,
+    options: &ReadOptions,
+) -> Result<Vec<Result<KvPair>>> {
+    let (lower, upper) = if request.reverse {
+        (request.end_key.clone(), Some(request.start_key.clone()))
+    } else {
+        (Some(request.start_key.clone()), request.end_key.clone())
+    };
+    note_read(cm, request.ts, options);
+    if options.isolation_level == IsolationLevel::Si {
+        cm.read_range_check(lower.as_ref(), upper.as_ref(), |lock, key| {
+            check_lock_blocks_read(lock, key, request.ts, &options.bypass_locks)
+        })?;
+    }
+    let mut scanner = ScannerBuilder::new(snapshot, request.ts)
+        .range(lower, upper)
+        .reverse(request.reverse)
+        .key_only(request.key_only)
+        .isolation_level(options.isolation_level)
+        .bypass_locks(options.bypass_locks.clone())
+        .access_locks(options.access_locks.clone())
+        .build()?;
+    Ok(scanner
+        .scan(request.limit)?
+        .into_iter()
+        .map(|entry| entry.map_err(Into::into))
+        .collect())
+}
