@@ -227,10 +227,16 @@ fn handle(db: &DB, cf: Cf) -> Result<&ColumnFamily> {
         .ok_or(Error::MissingColumnFamily { cf: cf.name() })
 }
 
+/// Sets `buf` to the stored form of `key`.
+fn set_data_key(buf: &mut Vec<u8>, key: &[u8]) {
+    buf.clear();
+    buf.push(DATA_PREFIX);
+    buf.extend_from_slice(key);
+}
+
 fn data_key(key: &[u8]) -> Vec<u8> {
     let mut stored = Vec::with_capacity(key.len() + 1);
-    stored.push(DATA_PREFIX);
-    stored.extend_from_slice(key);
+    set_data_key(&mut stored, key);
     stored
 }
 
@@ -253,15 +259,28 @@ impl Engine for RocksEngine {
 
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
         let db = &self.inner.db;
+        let handles = [
+            handle(db, Cf::ALL[0])?,
+            handle(db, Cf::ALL[1])?,
+            handle(db, Cf::ALL[2])?,
+        ];
         let mut wb = rocksdb::WriteBatch::default();
+        // RocksDB copies keys into the batch: one scratch buffer serves all.
+        let mut stored = Vec::new();
         for modify in batch.modifies() {
             match modify {
-                Modify::Put { cf, key, value } => wb.put_cf(handle(db, *cf)?, data_key(key), value),
-                Modify::Delete { cf, key } => wb.delete_cf(handle(db, *cf)?, data_key(key)),
+                Modify::Put { cf, key, value } => {
+                    set_data_key(&mut stored, key);
+                    wb.put_cf(handles[cf.index()], &stored, value)
+                }
+                Modify::Delete { cf, key } => {
+                    set_data_key(&mut stored, key);
+                    wb.delete_cf(handles[cf.index()], &stored)
+                }
                 // RocksDB rejects an inverted range; it removes nothing.
                 Modify::DeleteRange { start, end, .. } if start >= end => {}
                 Modify::DeleteRange { cf, start, end } => {
-                    wb.delete_range_cf(handle(db, *cf)?, data_key(start), data_key(end))
+                    wb.delete_range_cf(handles[cf.index()], data_key(start), data_key(end))
                 }
             }
         }
