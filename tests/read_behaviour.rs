@@ -10,6 +10,8 @@
 //! order). A10's push through CheckTxnStatus is done by rewriting the lock
 //! (CheckTxnStatus itself is tested in txn_behaviour.rs, G3).
 
+mod common;
+
 use percolate::engine::testing::temp_rocks_engine;
 use percolate::engine::{Engine, MemoryEngine};
 use percolate::mvcc::testing::{MvccFixture, ts};
@@ -891,18 +893,8 @@ fn damaged_records_are_errors<E: Engine>(f: MvccFixture<E>) {
     assert!(err.is_corruption());
 }
 
-macro_rules! on_both_engines {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(#[test] fn $name() { super::$name(super::MvccFixture::new(super::MemoryEngine::new())); })*
-        }
-        mod rocks {
-            $(#[test] fn $name() { super::$name(super::MvccFixture::new(super::temp_rocks_engine())); })*
-        }
-    };
-}
-
 on_both_engines!(
+    MvccFixture;
     a1_empty_key_and_rollback_are_invisible,
     a2_lock_records_are_not_data,
     a4_max_ts_read_skips_only_plain_primary_lock,

@@ -16,6 +16,8 @@
 //! * the command-level parts (C3's "no locks" answer of a whole request is
 //!   here; J2's "processing stops at that key" is the command's loop).
 
+mod common;
+
 use percolate::engine::testing::temp_rocks_engine;
 use percolate::engine::{Engine, MemoryEngine};
 use percolate::mvcc::WriteConflictReason::{self, Optimistic, SelfRolledBack};
@@ -1428,18 +1430,8 @@ fn m3_gc_keeps_locks_and_newest_put<E: Engine>(f: TxnFixture<E>) {
     f.must_get(b"edge", 10, b"v");
 }
 
-macro_rules! on_both_engines {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(#[test] fn $name() { super::$name(super::TxnFixture::new(super::MemoryEngine::new())); })*
-        }
-        mod rocks {
-            $(#[test] fn $name() { super::$name(super::TxnFixture::new(super::temp_rocks_engine())); })*
-        }
-    };
-}
-
 on_both_engines!(
+    TxnFixture;
     c1_prewrite_and_idempotent_retry,
     c3_stale_prewrite_after_own_commit,
     c4_write_conflict,

@@ -52,7 +52,7 @@ use rand::{Rng, SeedableRng};
 
 use percolate::engine::testing::temp_rocks_engine;
 use percolate::engine::{Engine, MemoryEngine};
-use percolate::mvcc::{Error as MvccError, Key, Lock, LockType, TimeStamp};
+use percolate::mvcc::{Error as MvccError, Key, Lock, LockType, MvccReader, MvccTxn, TimeStamp};
 use percolate::txn::Error;
 use percolate::txn::actions::TxnStatus;
 use percolate::txn::actions::check_txn_status::CheckTxnStatusOptions;
@@ -125,6 +125,19 @@ struct Txn {
 }
 
 impl Txn {
+    /// A resolver found this transaction's primary lock expired and rolled
+    /// it back (protected).
+    fn expired_and_rolled_back(&mut self, lock: &Lock, now: TimeStamp) {
+        assert!(
+            is_expired(lock, now),
+            "txn {}: a live lock was rolled back",
+            self.start_ts
+        );
+        assert_eq!(self.fate, Fate::Undecided);
+        self.fate = Fate::RolledBack;
+        self.protected_rollback = true;
+    }
+
     fn primary(&self) -> &[u8] {
         &self.mutations[0].0
     }
@@ -514,26 +527,30 @@ impl<E: Engine> Model<E> {
         }
     }
 
+    /// Runs an action of the transaction `start_ts` that must succeed, and
+    /// logs it as `what`.
+    fn must_run<T>(
+        &mut self,
+        start_ts: TimeStamp,
+        what: String,
+        action: impl FnOnce(&mut MvccTxn, &mut MvccReader<E::Snap>) -> percolate::txn::Result<T>,
+    ) -> T {
+        let result = self.f.run(start_ts.into_inner(), action);
+        self.log(format!("{what} -> {:?}", result.as_ref().map(|_| ())));
+        result.unwrap_or_else(|e| panic!("{what} failed: {e}"))
+    }
+
     fn client_commit_secondary(&mut self, i: usize) {
         let t = &self.txns[i];
         let Fate::Committed(commit_ts) = t.fate else {
             panic!("committing secondaries of an uncommitted txn");
         };
         let (start_ts, k) = (t.start_ts, t.mutations[t.next].0.clone());
-        let result = self.f.run(start_ts.into_inner(), |txn, reader| {
-            commit(txn, reader, key(&k), commit_ts)
-        });
-        self.log(format!(
-            "{start_ts}: commit {} -> {:?}",
-            show(&k),
-            result.as_ref().map(|_| ())
-        ));
-        if let Err(e) = result {
-            panic!(
-                "txn {start_ts}: commit of secondary {} failed: {e}",
-                show(&k)
-            );
-        }
+        self.must_run(
+            start_ts,
+            format!("{start_ts}: commit of secondary {}", show(&k)),
+            |txn, reader| commit(txn, reader, key(&k), commit_ts),
+        );
         let t = &mut self.txns[i];
         t.next += 1;
         if t.next == t.mutations.len() {
@@ -549,17 +566,11 @@ impl<E: Engine> Model<E> {
             "txn {start_ts}: a client aborts only before committing"
         );
         let was_locked = self.lock_of(&k, start_ts).is_some();
-        let result = self.f.run(start_ts.into_inner(), |txn, reader| {
-            rollback(txn, reader, key(&k))
-        });
-        self.log(format!(
-            "{start_ts}: rollback {} -> {:?}",
-            show(&k),
-            result.as_ref().map(|_| ())
-        ));
-        if let Err(e) = result {
-            panic!("txn {start_ts}: rollback of {} failed: {e}", show(&k));
-        }
+        self.must_run(
+            start_ts,
+            format!("{start_ts}: rollback {}", show(&k)),
+            |txn, reader| rollback(txn, reader, key(&k)),
+        );
         let t = &mut self.txns[i];
         if t.next == 0 {
             t.fate = Fate::RolledBack;
@@ -617,17 +628,14 @@ impl<E: Engine> Model<E> {
             "resolved by commit"
         });
         let raw = lock_key.to_raw().unwrap();
-        let result = self.f.run(start_ts.into_inner(), |txn, reader| {
-            resolve_lock_key(txn, reader, lock_key, commit_ts)
-        });
-        self.log(format!(
-            "resolver: resolve {} of {start_ts} at {commit_ts} -> {:?}",
-            show(&raw),
-            result.as_ref().map(|_| ())
-        ));
-        if let Err(e) = result {
-            panic!("resolving {} of {start_ts} failed: {e}", show(&raw));
-        }
+        self.must_run(
+            start_ts,
+            format!(
+                "resolver: resolve {} of {start_ts} at {commit_ts}",
+                show(&raw)
+            ),
+            |txn, reader| resolve_lock_key(txn, reader, lock_key, commit_ts),
+        );
     }
 
     /// Checks a status against the model and records a decision; returns
@@ -656,13 +664,7 @@ impl<E: Engine> Model<E> {
         let start_ts = t.start_ts;
         match (primary_lock, status) {
             (Some(lock), TxnStatus::TtlExpire) => {
-                assert!(
-                    is_expired(&lock, now),
-                    "txn {start_ts}: live lock rolled back"
-                );
-                assert_eq!(t.fate, Fate::Undecided);
-                t.fate = Fate::RolledBack;
-                t.protected_rollback = true;
+                t.expired_and_rolled_back(&lock, now);
                 Some(TimeStamp::zero())
             }
             (
@@ -733,15 +735,7 @@ impl<E: Engine> Model<E> {
         }
         let t = &mut self.txns[i];
         match (primary_lock, result) {
-            (Some(lock), Ok(_)) => {
-                assert!(
-                    is_expired(&lock, now),
-                    "txn {start_ts}: live lock cleaned up"
-                );
-                assert_eq!(t.fate, Fate::Undecided);
-                t.fate = Fate::RolledBack;
-                t.protected_rollback = true;
-            }
+            (Some(lock), Ok(_)) => t.expired_and_rolled_back(&lock, now),
             (Some(lock), Err(e)) => {
                 assert!(!is_expired(&lock, now), "expired lock kept: {e}");
                 assert!(

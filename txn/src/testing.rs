@@ -153,6 +153,21 @@ impl<E: Engine> TxnFixture<E> {
         Ok(result)
     }
 
+    /// Properties of a transaction that computes its commit_ts from the
+    /// region's `max_ts` (async commit or 1PC, per `commit_kind`).
+    fn computed_commit_props(
+        primary: &[u8],
+        start_ts: u64,
+        max_ts: u64,
+        commit_kind: CommitKind,
+    ) -> TransactionProperties {
+        TransactionProperties {
+            commit_kind,
+            max_ts: ts(max_ts),
+            ..Self::props(primary, start_ts)
+        }
+    }
+
     /// Properties of an async-commit transaction: `max_ts` is the region's
     /// max_ts the concurrency manager would give, `max_commit_ts` the
     /// client's limit (0 = none).
@@ -162,13 +177,13 @@ impl<E: Engine> TxnFixture<E> {
         max_ts: u64,
         max_commit_ts: u64,
     ) -> TransactionProperties {
-        TransactionProperties {
-            commit_kind: CommitKind::Async {
-                max_commit_ts: ts(max_commit_ts),
-            },
-            max_ts: ts(max_ts),
-            ..Self::props(primary, start_ts)
-        }
+        let max_commit_ts = ts(max_commit_ts);
+        Self::computed_commit_props(
+            primary,
+            start_ts,
+            max_ts,
+            CommitKind::Async { max_commit_ts },
+        )
     }
 
     /// Properties of a 1PC transaction; see [`async_props`](Self::async_props).
@@ -178,13 +193,13 @@ impl<E: Engine> TxnFixture<E> {
         max_ts: u64,
         max_commit_ts: u64,
     ) -> TransactionProperties {
-        TransactionProperties {
-            commit_kind: CommitKind::OnePc {
-                max_commit_ts: ts(max_commit_ts),
-            },
-            max_ts: ts(max_ts),
-            ..Self::props(primary, start_ts)
-        }
+        let max_commit_ts = ts(max_commit_ts);
+        Self::computed_commit_props(
+            primary,
+            start_ts,
+            max_ts,
+            CommitKind::OnePc { max_commit_ts },
+        )
     }
 
     /// Runs one prewrite request that must succeed without meeting locks;
@@ -275,13 +290,12 @@ impl<E: Engine> TxnFixture<E> {
         secondaries: Option<&[Vec<u8>]>,
         timestamps: AsyncTs,
     ) -> TimeStamp {
-        let props = TransactionProperties {
-            commit_kind: CommitKind::Async {
-                max_commit_ts: ts(timestamps.max_commit_ts),
-            },
-            max_ts: ts(timestamps.max_ts),
-            ..Self::props(primary, timestamps.start_ts)
-        };
+        let props = Self::async_props(
+            primary,
+            timestamps.start_ts,
+            timestamps.max_ts,
+            timestamps.max_commit_ts,
+        );
         self.must_prewrite_put_with(k, value, &props, secondaries)
             .min_commit_ts
     }

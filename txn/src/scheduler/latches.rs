@@ -130,15 +130,19 @@ impl Latches {
 mod tests {
     use super::*;
 
+    /// Commands 1, 2 and 3 on one key, in that order: 1 runs, 2 and 3 wait.
+    fn three_queued_on_one_key(latches: &Latches) -> [Lock; 3] {
+        let mut locks = [(); 3].map(|_| latches.gen_lock([b"k"]));
+        assert!(latches.acquire(&mut locks[0], 1));
+        assert!(!latches.acquire(&mut locks[1], 2));
+        assert!(!latches.acquire(&mut locks[2], 3));
+        locks
+    }
+
     #[test]
     fn same_key_commands_run_one_after_another_in_arrival_order() {
         let latches = Latches::new(256);
-        let mut a = latches.gen_lock([b"k"]);
-        let mut b = latches.gen_lock([b"k"]);
-        let mut c = latches.gen_lock([b"k"]);
-        assert!(latches.acquire(&mut a, 1));
-        assert!(!latches.acquire(&mut b, 2));
-        assert!(!latches.acquire(&mut c, 3));
+        let [a, mut b, mut c] = three_queued_on_one_key(&latches);
         assert_eq!(latches.release(&a, 1), vec![2]);
         assert!(!latches.acquire(&mut c, 3), "3 arrived after 2");
         assert!(latches.acquire(&mut b, 2));
@@ -180,12 +184,7 @@ mod tests {
     #[test]
     fn a_waiting_command_can_give_up() {
         let latches = Latches::new(8);
-        let mut a = latches.gen_lock([b"k"]);
-        let mut b = latches.gen_lock([b"k"]);
-        let mut c = latches.gen_lock([b"k"]);
-        assert!(latches.acquire(&mut a, 1));
-        assert!(!latches.acquire(&mut b, 2));
-        assert!(!latches.acquire(&mut c, 3));
+        let [a, b, mut c] = three_queued_on_one_key(&latches);
         assert!(latches.release(&b, 2).is_empty(), "2 was not in front");
         assert_eq!(latches.release(&a, 1), vec![3]);
         assert!(latches.acquire(&mut c, 3));
