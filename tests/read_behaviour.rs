@@ -651,7 +651,7 @@ fn a20_reads_advance_max_ts<E: Engine>(f: MvccFixture<E>) {
             stale_read,
             ..Default::default()
         };
-        read::get(f.engine().snapshot(), &cm, &key, read_ts, &options).unwrap()
+        read::get(f.engine(), &cm, &key, read_ts, &options).unwrap()
     };
     assert_eq!(get(ts(100), false), None);
     assert_eq!(cm.max_ts(), ts(100));
@@ -679,16 +679,11 @@ fn b2_reverse_scan_argument_order<E: Engine>(f: MvccFixture<E>) {
             key_only: false,
             reverse,
         };
-        read::scan(
-            f.engine().snapshot(),
-            &cm,
-            &request,
-            &ReadOptions::default(),
-        )
-        .unwrap()
-        .into_iter()
-        .map(|e| e.unwrap().0.to_raw().unwrap())
-        .collect::<Vec<_>>()
+        read::scan(f.engine(), &cm, &request, &ReadOptions::default())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.unwrap().0.to_raw().unwrap())
+            .collect::<Vec<_>>()
     };
     assert_eq!(
         keys(b"\xff", b"b", true),
@@ -722,7 +717,7 @@ fn b13_memory_lock_fails_the_whole_scan<E: Engine>(f: MvccFixture<E>) {
             bypass_locks: bypass,
             ..Default::default()
         };
-        read::scan(f.engine().snapshot(), &cm, &request, &options)
+        read::scan(f.engine(), &cm, &request, &options)
     };
     for (start, reverse) in [(&b"a"[..], false), (&b"\xff"[..], true)] {
         match scan(start, reverse, TsSet::new()) {
@@ -736,7 +731,7 @@ fn b13_memory_lock_fails_the_whole_scan<E: Engine>(f: MvccFixture<E>) {
     // A point get of the key is blocked too; of another key, not.
     let get = |key: &[u8]| {
         read::get(
-            f.engine().snapshot(),
+            f.engine(),
             &cm,
             &Key::from_raw(key),
             ts(100),

@@ -17,13 +17,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use percolate_mvcc::{Key, Lock, TimeStamp};
 
-/// `max_ts` and the memory locks of one region. Cheap to share behind an
-/// `Arc`; every method takes `&self`.
-#[derive(Debug, Default)]
+/// `max_ts` and the memory locks of one region. A cheap handle: clones
+/// share the same state, and every method takes `&self`.
+#[derive(Clone, Debug, Default)]
 pub struct ConcurrencyManager {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
     max_ts: AtomicU64,
     /// Invariant: an entry lives exactly as long as its [`KeyGuard`].
     table: Mutex<BTreeMap<Key, Arc<MemoryLock>>>,
@@ -38,13 +43,13 @@ pub struct MemoryLock {
 /// Holds a key in the memory lock table; dropping it removes the key, on
 /// every path (success, error, panic).
 #[derive(Debug)]
-pub struct KeyGuard<'a> {
-    manager: &'a ConcurrencyManager,
+pub struct KeyGuard {
+    manager: ConcurrencyManager,
     key: Key,
     handle: Arc<MemoryLock>,
 }
 
-impl KeyGuard<'_> {
+impl KeyGuard {
     /// The key held.
     pub fn key(&self) -> &Key {
         &self.key
@@ -56,14 +61,40 @@ impl KeyGuard<'_> {
     }
 }
 
-impl Drop for KeyGuard<'_> {
+impl Drop for KeyGuard {
     fn drop(&mut self) {
-        let mut table = self.manager.table.lock();
+        let mut table = self.manager.inner.table.lock();
         if table
             .get(&self.key)
             .is_some_and(|h| Arc::ptr_eq(h, &self.handle))
         {
             table.remove(&self.key);
+        }
+    }
+}
+
+/// The memory locks of a set of guards, held exclusively while a prewrite
+/// reads `max_ts` and decides its locks: a reader checking one of these
+/// keys waits until [`publish`](Self::publish) and then sees the lock. See
+/// [`ConcurrencyManager::lock_for_publish`].
+pub struct PublishGuard<'a> {
+    slots: Vec<(&'a Key, MutexGuard<'a, Option<Lock>>)>,
+}
+
+impl std::fmt::Debug for PublishGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublishGuard")
+            .field("keys", &self.slots.len())
+            .finish()
+    }
+}
+
+impl PublishGuard<'_> {
+    /// Sets the memory lock of each held key to what `lock_of` says
+    /// (`None` leaves the key unlocked) and lets readers in.
+    pub fn publish(mut self, mut lock_of: impl FnMut(&Key) -> Option<Lock>) {
+        for (key, slot) in &mut self.slots {
+            **slot = lock_of(key);
         }
     }
 }
@@ -74,42 +105,62 @@ impl ConcurrencyManager {
     /// served before a restart).
     pub fn new(latest_ts: TimeStamp) -> Self {
         ConcurrencyManager {
-            max_ts: AtomicU64::new(latest_ts.into_inner()),
-            table: Mutex::default(),
+            inner: Arc::new(Inner {
+                max_ts: AtomicU64::new(latest_ts.into_inner()),
+                table: Mutex::default(),
+            }),
         }
     }
 
     /// The largest read timestamp seen.
     pub fn max_ts(&self) -> TimeStamp {
-        TimeStamp::new(self.max_ts.load(Ordering::SeqCst))
+        TimeStamp::new(self.inner.max_ts.load(Ordering::SeqCst))
     }
 
     /// Raises `max_ts` to `ts`. `TimeStamp::max()` ("read the latest") is
     /// not a real timestamp and is ignored.
     pub fn update_max_ts(&self, ts: TimeStamp) {
         if !ts.is_max() {
-            self.max_ts.fetch_max(ts.into_inner(), Ordering::SeqCst);
+            self.inner
+                .max_ts
+                .fetch_max(ts.into_inner(), Ordering::SeqCst);
         }
     }
 
     /// Puts `keys` into the memory lock table (sorted first, so concurrent
     /// callers cannot deadlock). Keys are held until the guards drop.
-    pub fn lock_keys(&self, keys: impl IntoIterator<Item = Key>) -> Vec<KeyGuard<'_>> {
+    pub fn lock_keys(&self, keys: impl IntoIterator<Item = Key>) -> Vec<KeyGuard> {
         let mut keys: Vec<Key> = keys.into_iter().collect();
         keys.sort_unstable();
         keys.dedup();
-        let mut table = self.table.lock();
+        let mut table = self.inner.table.lock();
         keys.into_iter()
             .map(|key| {
                 let handle = Arc::new(MemoryLock::default());
                 table.insert(key.clone(), handle.clone());
                 KeyGuard {
-                    manager: self,
+                    manager: self.clone(),
                     key,
                     handle,
                 }
             })
             .collect()
+    }
+
+    /// Takes the memory locks of `guards` exclusively (in key order) and
+    /// returns `max_ts` read while holding them.
+    ///
+    /// This is the prewrite's half of the protocol: a reader raises
+    /// `max_ts` and then checks the memory lock under the same mutex. A
+    /// reader that checks before this call has already raised the `max_ts`
+    /// returned here; one that checks later waits for
+    /// [`PublishGuard::publish`] and sees the lock.
+    pub fn lock_for_publish<'a>(&self, guards: &'a [KeyGuard]) -> (TimeStamp, PublishGuard<'a>) {
+        let slots = guards
+            .iter()
+            .map(|g| (&g.key, g.handle.lock.lock()))
+            .collect();
+        (self.max_ts(), PublishGuard { slots })
     }
 
     /// Runs `check` on the memory lock of `key`, if one is published.
@@ -118,9 +169,12 @@ impl ConcurrencyManager {
         key: &Key,
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
-        let handle = self.table.lock().get(key).cloned();
-        match handle.and_then(|h| h.lock.lock().clone()) {
-            Some(lock) => check(&lock, key),
+        let handle = self.inner.table.lock().get(key).cloned();
+        match handle {
+            Some(h) => match &*h.lock.lock() {
+                Some(lock) => check(lock, key),
+                None => Ok(()),
+            },
             None => Ok(()),
         }
     }
@@ -135,16 +189,20 @@ impl ConcurrencyManager {
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
         let handles: Vec<(Key, Arc<MemoryLock>)> = {
-            let table = self.table.lock();
+            let table = self.inner.table.lock();
+            let lower = start.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included);
+            let upper = end.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+            if start.zip(end).is_some_and(|(s, e)| s >= e) {
+                return Ok(());
+            }
             table
-                .iter()
-                .filter(|(k, _)| start.is_none_or(|s| *k >= s) && end.is_none_or(|e| *k < e))
+                .range::<Key, _>((lower, upper))
                 .map(|(k, h)| (k.clone(), h.clone()))
                 .collect()
         };
         for (key, handle) in handles {
-            if let Some(lock) = handle.lock.lock().clone() {
-                check(&lock, &key)?;
+            if let Some(lock) = &*handle.lock.lock() {
+                check(lock, &key)?;
             }
         }
         Ok(())
@@ -152,7 +210,7 @@ impl ConcurrencyManager {
 
     /// The smallest start_ts among published memory locks.
     pub fn global_min_lock_ts(&self) -> Option<TimeStamp> {
-        let handles: Vec<Arc<MemoryLock>> = self.table.lock().values().cloned().collect();
+        let handles: Vec<Arc<MemoryLock>> = self.inner.table.lock().values().cloned().collect();
         handles
             .iter()
             .filter_map(|h| h.lock.lock().as_ref().map(|l| l.ts))

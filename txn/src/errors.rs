@@ -1,5 +1,8 @@
 //! Errors of the transaction layer.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use percolate_mvcc::{Key, TimeStamp};
 
 /// An error of a transaction action or command.
@@ -31,6 +34,38 @@ pub enum Error {
         /// The key concerned, if any.
         key: Option<Key>,
     },
+
+    /// The scheduler already holds as many commands as it may; nothing was
+    /// done. Retry later.
+    #[error("scheduler too busy: {pending} commands in flight (limit {limit})")]
+    SchedTooBusy {
+        /// Commands in flight when this one arrived.
+        pending: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+
+    /// The command's deadline passed while it waited for its latches;
+    /// nothing was done.
+    #[error("deadline exceeded: the command waited {waited:?} for its latches")]
+    DeadlineExceeded {
+        /// How long it waited.
+        waited: Duration,
+    },
+
+    /// The command ended without answering: it panicked, or the storage
+    /// shut down before it ran. Its latches and memory locks were released
+    /// and nothing it computed was written.
+    #[error("command aborted: {reason}")]
+    Aborted {
+        /// Why.
+        reason: &'static str,
+    },
+
+    /// The engine failed to write a command's modifications (shared by every
+    /// command of a group commit); nothing of the group was written.
+    #[error("engine write failed: {0}")]
+    WriteFailed(Arc<percolate_engine::Error>),
 }
 
 impl From<percolate_engine::Error> for Error {
@@ -43,7 +78,11 @@ impl Error {
     /// Whether the transaction may succeed if retried: see
     /// [`percolate_mvcc::Error::is_retryable`].
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Mvcc(e) if e.is_retryable())
+        match self {
+            Error::Mvcc(e) => e.is_retryable(),
+            Error::SchedTooBusy { .. } | Error::DeadlineExceeded { .. } => true,
+            _ => false,
+        }
     }
 
     /// Whether this is a write conflict.

@@ -21,10 +21,12 @@
 //! and the client are being built (see the project's open issues).
 
 pub mod actions;
+pub mod commands;
 pub mod concurrency_manager;
 mod errors;
 pub mod read;
 pub mod scheduler;
+pub mod storage;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 

@@ -5,12 +5,14 @@
 //! The order matters (see [`ConcurrencyManager`]): raising `max_ts` before
 //! looking at the memory locks guarantees that an async-commit or 1PC
 //! prewrite racing with this read either is seen here as a lock, or
-//! computes its commit_ts above this read's ts.
+//! computes its commit_ts above this read's ts. The snapshot is taken only
+//! after the check: a prewrite whose memory lock is already gone has
+//! written its locks, and the snapshot sees them.
 
-use percolate_engine::Snapshot;
+use percolate_engine::Engine;
 use percolate_mvcc::reader::check_lock_blocks_read;
 use percolate_mvcc::{
-    IsolationLevel, Key, KvPair, PointGetterBuilder, ScannerBuilder, TimeStamp, TsSet,
+    IsolationLevel, Key, KvPair, PointGetter, PointGetterBuilder, ScannerBuilder, TimeStamp, TsSet,
 };
 
 use crate::Result;
@@ -58,8 +60,8 @@ fn note_read(cm: &ConcurrencyManager, ts: TimeStamp, options: &ReadOptions) {
 }
 
 /// The value of `key` at `ts`.
-pub fn get<S: Snapshot>(
-    snapshot: S,
+pub fn get<E: Engine>(
+    engine: &E,
     cm: &ConcurrencyManager,
     key: &Key,
     ts: TimeStamp,
@@ -71,20 +73,59 @@ pub fn get<S: Snapshot>(
             check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
         })?;
     }
-    Ok(PointGetterBuilder::new(snapshot, ts)
+    Ok(point_getter(engine, ts, options).get(key)?)
+}
+
+fn point_getter<E: Engine>(
+    engine: &E,
+    ts: TimeStamp,
+    options: &ReadOptions,
+) -> PointGetter<E::Snap> {
+    PointGetterBuilder::new(engine.snapshot(), ts)
         .isolation_level(options.isolation_level)
         .bypass_locks(options.bypass_locks.clone())
         .access_locks(options.access_locks.clone())
         .build()
-        .get(key)?)
+}
+
+/// The values of `keys` at `ts`, from one snapshot: a pair per key that
+/// exists, in the order asked, and one `KeyIsLocked` entry per key locked
+/// in the lock CF. A blocking in-memory lock fails the whole request, as in
+/// [`scan`].
+pub fn batch_get<E: Engine>(
+    engine: &E,
+    cm: &ConcurrencyManager,
+    keys: &[Key],
+    ts: TimeStamp,
+    options: &ReadOptions,
+) -> Result<Vec<Result<KvPair>>> {
+    note_read(cm, ts, options);
+    if options.isolation_level == IsolationLevel::Si {
+        for key in keys {
+            cm.read_key_check(key, |lock, key| {
+                check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
+            })?;
+        }
+    }
+    let mut getter = point_getter(engine, ts, options);
+    let mut pairs = Vec::with_capacity(keys.len());
+    for key in keys {
+        match getter.get(key) {
+            Ok(Some(value)) => pairs.push(Ok((key.clone(), value))),
+            Ok(None) => {}
+            Err(e @ percolate_mvcc::Error::KeyIsLocked(_)) => pairs.push(Err(e.into())),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(pairs)
 }
 
 /// A range read: pairs, and one `KeyIsLocked` entry per key locked in the
 /// lock CF. A blocking in-memory lock anywhere in the range fails the whole
 /// request instead: its key is not in the lock CF yet, so the scan could
 /// not report it per key.
-pub fn scan<S: Snapshot>(
-    snapshot: S,
+pub fn scan<E: Engine>(
+    engine: &E,
     cm: &ConcurrencyManager,
     request: &ScanRequest,
     options: &ReadOptions,
@@ -100,7 +141,7 @@ pub fn scan<S: Snapshot>(
             check_lock_blocks_read(lock, key, request.ts, &options.bypass_locks)
         })?;
     }
-    let mut scanner = ScannerBuilder::new(snapshot, request.ts)
+    let mut scanner = ScannerBuilder::new(engine.snapshot(), request.ts)
         .range(lower, upper)
         .reverse(request.reverse)
         .key_only(request.key_only)

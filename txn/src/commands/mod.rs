@@ -1,0 +1,111 @@
+//! Commands: the requests a region's [`Storage`](crate::storage::Storage)
+//! serves, in TiKV's vocabulary.
+//!
+//! A **write command** ([`WriteCommand`]) names its keys (the scheduler
+//! latches them), then runs over a snapshot taken after the latches: it
+//! checks its arguments, runs its action on each key and returns the
+//! modifications to write atomically, with its answer. A **read command**
+//! ([`ReadCommand`]) takes no latch and writes nothing.
+//!
+//! Every command that reads at a timestamp counts it in the region's
+//! `max_ts` (see [`ConcurrencyManager`]) before it looks at data, so that an
+//! async-commit or 1PC transaction computing its commit_ts later cannot
+//! commit below it.
+
+mod prewrite;
+mod read;
+mod resolve;
+mod write;
+
+use percolate_engine::{Engine, Snapshot};
+use percolate_mvcc::{Key, MvccReader, MvccTxn, TimeStamp};
+
+pub use self::prewrite::Prewrite;
+pub use self::read::{BatchGet, Get, MvccByKey, Scan, ScanLock};
+pub use self::resolve::{
+    CheckSecondaryLocks, CheckTxnStatus, Cleanup, ResolveLockLite, SecondaryLocksStatus,
+};
+pub use self::write::{BatchRollback, Commit, Gc, TxnHeartBeat};
+use crate::Result;
+use crate::concurrency_manager::{ConcurrencyManager, KeyGuard};
+
+/// What a write command works with: a snapshot taken after its latches were
+/// acquired, and the region's concurrency manager.
+#[derive(Debug)]
+pub struct WriteContext<'a, S> {
+    /// The snapshot to read.
+    pub snapshot: S,
+    /// The region's `max_ts` and memory locks.
+    pub cm: &'a ConcurrencyManager,
+}
+
+/// What a write command produced.
+#[derive(Debug)]
+pub struct WriteResult<T> {
+    /// Modifications to write in one atomic engine write.
+    pub txn: MvccTxn,
+    /// The answer, given once the modifications are written.
+    pub output: T,
+    /// Memory locks to hold until the modifications are in the engine.
+    pub guards: Vec<KeyGuard>,
+}
+
+impl<T> WriteResult<T> {
+    /// A result with no memory locks.
+    pub fn new(txn: MvccTxn, output: T) -> Self {
+        WriteResult {
+            txn,
+            output,
+            guards: Vec::new(),
+        }
+    }
+}
+
+/// A command that modifies data: latched on its keys, run over a snapshot,
+/// written atomically.
+pub trait WriteCommand: Send + 'static {
+    /// The answer.
+    type Output: Send + 'static;
+
+    /// The keys to latch: every key the command may modify.
+    fn latch_keys(&self) -> Vec<Key>;
+
+    /// Checks the arguments, reads the snapshot and returns what to write.
+    /// Nothing is written if this fails.
+    fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>>;
+}
+
+/// A command that only reads: no latches, nothing written.
+pub trait ReadCommand: Send + 'static {
+    /// The answer.
+    type Output: Send + 'static;
+
+    /// Runs the read. Snapshots are taken inside, after `max_ts` was raised
+    /// and memory locks checked.
+    fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output>;
+}
+
+/// Runs `action` on each of `keys` in turn over one reader and one buffer
+/// of the transaction `start_ts`, collecting the answers.
+fn for_each_key<S: Snapshot, T>(
+    snapshot: S,
+    start_ts: TimeStamp,
+    keys: Vec<Key>,
+    mut action: impl FnMut(&mut MvccTxn, &mut MvccReader<S>, Key) -> Result<T>,
+) -> Result<(MvccTxn, Vec<T>)> {
+    let mut txn = MvccTxn::new(start_ts);
+    let mut reader = MvccReader::new(snapshot);
+    let answers = keys
+        .into_iter()
+        .map(|key| action(&mut txn, &mut reader, key))
+        .collect::<Result<Vec<T>>>()?;
+    Ok((txn, answers))
+}
+
+/// Fails with `InvalidRequest` when `keys` is empty.
+fn require_keys(keys: &[Key], reason: &'static str) -> Result<()> {
+    if keys.is_empty() {
+        return Err(crate::Error::InvalidRequest { reason, key: None });
+    }
+    Ok(())
+}

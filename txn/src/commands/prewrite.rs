@@ -1,0 +1,191 @@
+//! The Prewrite command: the actions' prewrite plus the memory-lock
+//! protocol of async commit and 1PC.
+
+use std::collections::HashMap;
+
+use percolate_engine::Snapshot;
+use percolate_mvcc::{Key, Lock, LockType, TimeStamp};
+
+use super::{WriteCommand, WriteContext, WriteResult, require_keys};
+use crate::actions::prewrite::{
+    CommitKind, Mutation, MutationKind, PrewriteResult, TransactionProperties, prewrite_mutations,
+};
+use crate::{Error, Result};
+
+/// Prewrites mutations of one transaction in one region.
+///
+/// For async commit and 1PC the commit_ts is computed here from `max_ts`,
+/// and a reader must never be able to miss a lock whose commit_ts ends up
+/// at or below its read ts. So the keys first go into the memory lock
+/// table, `max_ts` is read while their memory locks are held exclusively,
+/// and the locks are published before any reader may look; they stay there
+/// until the locks (or, for 1PC, the commit records) are in the engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prewrite {
+    /// What to write; keys must be distinct.
+    pub mutations: Vec<Mutation>,
+    /// The transaction; `props.max_ts` is ignored (read from the region).
+    pub props: TransactionProperties,
+    /// Async commit: the raw secondary keys, recorded on the primary's lock
+    /// when the primary is among the mutations.
+    pub secondaries: Option<Vec<Vec<u8>>>,
+}
+
+impl Prewrite {
+    /// A 2PC prewrite of `mutations` for the transaction `start_ts` with
+    /// the raw primary key `primary`, lock TTL 3 s.
+    pub fn new(mutations: Vec<Mutation>, primary: impl Into<Vec<u8>>, start_ts: TimeStamp) -> Self {
+        let txn_size = mutations.len() as u64;
+        Prewrite {
+            mutations,
+            props: TransactionProperties {
+                start_ts,
+                primary: primary.into(),
+                lock_ttl: 3000,
+                txn_size,
+                ..Default::default()
+            },
+            secondaries: None,
+        }
+    }
+
+    /// Sets the lock TTL in milliseconds.
+    #[must_use]
+    pub fn lock_ttl(mut self, ttl_ms: u64) -> Self {
+        self.props.lock_ttl = ttl_ms;
+        self
+    }
+
+    /// Sets the number of keys of the whole transaction.
+    #[must_use]
+    pub fn txn_size(mut self, txn_size: u64) -> Self {
+        self.props.txn_size = txn_size;
+        self
+    }
+
+    /// Sets the smallest commit_ts the client will use.
+    #[must_use]
+    pub fn min_commit_ts(mut self, ts: TimeStamp) -> Self {
+        self.props.min_commit_ts = ts;
+        self
+    }
+
+    /// Uses async commit; `secondaries` are the raw keys of the whole
+    /// transaction other than the primary. A zero `max_commit_ts` means no
+    /// limit.
+    #[must_use]
+    pub fn async_commit(mut self, secondaries: Vec<Vec<u8>>, max_commit_ts: TimeStamp) -> Self {
+        self.props.commit_kind = CommitKind::Async { max_commit_ts };
+        self.secondaries = Some(secondaries);
+        self
+    }
+
+    /// Uses 1PC: the mutations are the whole transaction, committed by this
+    /// command. A zero `max_commit_ts` means no limit.
+    #[must_use]
+    pub fn one_pc(mut self, max_commit_ts: TimeStamp) -> Self {
+        self.props.commit_kind = CommitKind::OnePc { max_commit_ts };
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        let keys: Vec<Key> = self.mutations.iter().map(|m| m.key.clone()).collect();
+        require_keys(&keys, "prewrite needs at least one mutation")?;
+        if self.props.start_ts.is_zero() {
+            return Err(invalid("prewrite needs a non-zero start_ts", None));
+        }
+        if self.props.primary.is_empty() {
+            return Err(invalid("prewrite needs a primary key", None));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(keys.len());
+        if let Some(dup) = keys.into_iter().find(|k| !seen.insert(k.clone())) {
+            return Err(invalid(
+                "a key appears twice among the mutations",
+                Some(dup),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn invalid(reason: &'static str, key: Option<Key>) -> Error {
+    Error::InvalidRequest { reason, key }
+}
+
+/// The lock type a mutation leaves, if any.
+fn lock_type(kind: &MutationKind) -> Option<LockType> {
+    match kind {
+        MutationKind::Put(_) | MutationKind::Insert(_) => Some(LockType::Put),
+        MutationKind::Delete => Some(LockType::Delete),
+        MutationKind::Lock => Some(LockType::Lock),
+        MutationKind::CheckNotExists => None,
+    }
+}
+
+impl WriteCommand for Prewrite {
+    type Output = PrewriteResult;
+
+    fn latch_keys(&self) -> Vec<Key> {
+        self.mutations.iter().map(|m| m.key.clone()).collect()
+    }
+
+    fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<PrewriteResult>> {
+        self.check()?;
+        let Prewrite {
+            mutations,
+            mut props,
+            secondaries,
+        } = self;
+        // An existence check is a read at start_ts (tikv#11315).
+        if mutations.iter().any(|m| {
+            matches!(
+                m.kind,
+                MutationKind::Insert(_) | MutationKind::CheckNotExists
+            )
+        }) {
+            ctx.cm.update_max_ts(props.start_ts);
+        }
+        if props.commit_kind == CommitKind::TwoPc {
+            let (txn, result) =
+                prewrite_mutations(&ctx.snapshot, &props, &mutations, secondaries.as_deref())?;
+            return Ok(WriteResult::new(txn, result));
+        }
+        let guards = ctx.cm.lock_keys(mutations.iter().map(|m| m.key.clone()));
+        let (max_ts, publish) = ctx.cm.lock_for_publish(&guards);
+        props.max_ts = max_ts;
+        // On error `publish` drops unpublished and `guards` leave the table.
+        let (txn, result) =
+            prewrite_mutations(&ctx.snapshot, &props, &mutations, secondaries.as_deref())?;
+        let (commit_bound, one_pc) = if !result.one_pc_commit_ts.is_zero() {
+            (result.one_pc_commit_ts, true)
+        } else {
+            (result.min_commit_ts, false)
+        };
+        if commit_bound.is_zero() || !result.locks.is_empty() || txn.is_empty() {
+            // Fell back to 2PC, blocked by other locks, or a retry with
+            // nothing to write: no computed commit_ts to protect.
+            publish.publish(|_| None);
+        } else {
+            let kinds: HashMap<&Key, &MutationKind> =
+                mutations.iter().map(|m| (&m.key, &m.kind)).collect();
+            publish.publish(|key| {
+                let lock_type = lock_type(kinds.get(key)?)?;
+                let mut lock = Lock::new(
+                    lock_type,
+                    props.primary.clone(),
+                    props.start_ts,
+                    props.lock_ttl,
+                );
+                lock.min_commit_ts = commit_bound;
+                lock.use_async_commit = !one_pc;
+                lock.use_one_pc = one_pc;
+                Some(lock)
+            });
+        }
+        Ok(WriteResult {
+            txn,
+            output: result,
+            guards,
+        })
+    }
+}

@@ -1,0 +1,119 @@
+//! Read commands: Get, BatchGet, Scan, ScanLock and MvccByKey.
+
+use percolate_engine::Engine;
+use percolate_mvcc::{Key, KvPair, LockInfo, MvccReader, TimeStamp};
+
+use super::ReadCommand;
+use crate::Result;
+use crate::actions::mvcc_by_key::{MvccInfo, mvcc_by_key};
+use crate::actions::scan_lock::scan_lock;
+use crate::concurrency_manager::ConcurrencyManager;
+use crate::read::{self, ReadOptions, ScanRequest};
+
+/// The value of one key at `ts`.
+#[derive(Clone, Debug)]
+pub struct Get {
+    /// The key.
+    pub key: Key,
+    /// The read ts.
+    pub ts: TimeStamp,
+    /// Isolation level and lock handling.
+    pub options: ReadOptions,
+}
+
+impl ReadCommand for Get {
+    /// The value, if the key exists at `ts`.
+    type Output = Option<Vec<u8>>;
+
+    fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
+        read::get(engine, cm, &self.key, self.ts, &self.options)
+    }
+}
+
+/// The values of several keys at one `ts`.
+#[derive(Clone, Debug)]
+pub struct BatchGet {
+    /// The keys.
+    pub keys: Vec<Key>,
+    /// The read ts.
+    pub ts: TimeStamp,
+    /// Isolation level and lock handling.
+    pub options: ReadOptions,
+}
+
+impl ReadCommand for BatchGet {
+    /// One entry per key that exists (in the order asked), or per key that
+    /// is locked (`Err(KeyIsLocked)`).
+    type Output = Vec<Result<KvPair>>;
+
+    fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
+        read::batch_get(engine, cm, &self.keys, self.ts, &self.options)
+    }
+}
+
+/// A range read.
+#[derive(Clone, Debug)]
+pub struct Scan {
+    /// Range, ts, limit, direction.
+    pub request: ScanRequest,
+    /// Isolation level and lock handling.
+    pub options: ReadOptions,
+}
+
+impl ReadCommand for Scan {
+    /// Pairs in scan order, with one `Err(KeyIsLocked)` per locked key.
+    type Output = Vec<Result<KvPair>>;
+
+    fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
+        read::scan(engine, cm, &self.request, &self.options)
+    }
+}
+
+/// The locks in `[start, end)` of transactions with start_ts at or below
+/// `max_ts`. Raises the region's `max_ts` to `max_ts`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanLock {
+    /// Inclusive start (`None`: from the first key).
+    pub start: Option<Key>,
+    /// Exclusive end (`None`: to the last key).
+    pub end: Option<Key>,
+    /// Only locks of transactions started at or before this ts.
+    pub max_ts: TimeStamp,
+    /// Most locks returned (0 = no limit).
+    pub limit: usize,
+}
+
+impl ReadCommand for ScanLock {
+    /// The locks, in key order.
+    type Output = Vec<LockInfo>;
+
+    fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
+        cm.update_max_ts(self.max_ts);
+        let mut reader = MvccReader::new(engine.snapshot());
+        scan_lock(
+            &mut reader,
+            self.start.as_ref(),
+            self.end.as_ref(),
+            self.max_ts,
+            self.limit,
+        )
+    }
+}
+
+/// Every lock, write record and value of one key, decoded (a debugging
+/// view, like tikv-ctl's `mvcc`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MvccByKey {
+    /// The key.
+    pub key: Key,
+}
+
+impl ReadCommand for MvccByKey {
+    /// Everything stored for the key.
+    type Output = MvccInfo;
+
+    fn process<E: Engine>(self, engine: &E, _cm: &ConcurrencyManager) -> Result<MvccInfo> {
+        let mut reader = MvccReader::new(engine.snapshot());
+        mvcc_by_key(&mut reader, &self.key)
+    }
+}

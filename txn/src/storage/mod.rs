@@ -1,0 +1,436 @@
+//! `Storage`: the command API of one region.
+//!
+//! Every write command goes through the [`Scheduler`] (latches, one
+//! atomic engine write, group commit when durable); reads take no latches.
+//! Each command has a blocking method named in TiKV's vocabulary
+//! ([`prewrite`](Storage::prewrite), [`commit`](Storage::commit), ...),
+//! and every command can also be sent without blocking
+//! ([`sched_write`](Storage::sched_write),
+//! [`sched_read`](Storage::sched_read)), which returns a [`Pending`] to
+//! wait on or `.await`, so a client can have many commands in flight.
+//!
+//! ```
+//! use percolate_txn::actions::prewrite::Mutation;
+//! use percolate_txn::commands::Prewrite;
+//! use percolate_txn::mvcc::{Key, TimeStamp};
+//! use percolate_txn::storage::Storage;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let storage = Storage::open(dir.path())?;
+//! let key = Key::from_raw(b"k");
+//! let (start_ts, commit_ts) = (TimeStamp::new(10), TimeStamp::new(11));
+//! let prewrite = Prewrite::new(vec![Mutation::put(key.clone(), b"v".to_vec())], b"k", start_ts);
+//! storage.prewrite(prewrite)?;
+//! storage.commit(vec![key.clone()], start_ts, commit_ts)?;
+//! assert_eq!(storage.get(key, TimeStamp::new(12))?, Some(b"v".to_vec()));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use percolate_engine::{Cf, Engine, EngineIterator, IterOptions, RocksEngine, Snapshot};
+use percolate_mvcc::{Key, KvPair, LockInfo, MvccReader, TimeStamp};
+
+use crate::actions::check_txn_status::CheckTxnStatusOptions;
+use crate::actions::gc::GcInfo;
+use crate::actions::mvcc_by_key::MvccInfo;
+use crate::actions::prewrite::PrewriteResult;
+use crate::actions::{ReleasedLock, TxnStatus};
+use crate::commands::{
+    BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup, Commit, Gc, Get,
+    MvccByKey, Prewrite, ReadCommand, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus,
+    TxnHeartBeat, WriteCommand, WriteContext,
+};
+use crate::concurrency_manager::ConcurrencyManager;
+use crate::read::{ReadOptions, ScanRequest};
+use crate::scheduler::{JobInput, Pending, Scheduler, SchedulerConfig, pending};
+use crate::{Error, Result};
+
+/// How a `Storage` is set up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StorageConfig {
+    /// The scheduler: workers, queue bound, latches, durability.
+    pub scheduler: SchedulerConfig,
+    /// The region's `max_ts` at start: a fresh timestamp from the oracle,
+    /// so that async-commit and 1PC transactions never commit below a read
+    /// served before a restart. Defaults to zero.
+    pub initial_max_ts: TimeStamp,
+}
+
+/// Per-command options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommandOptions {
+    /// Fail with [`Error::DeadlineExceeded`] instead of running if the
+    /// command is still waiting for its latches this long after it was
+    /// sent. `None`: wait as long as it takes.
+    pub max_execution_duration: Option<Duration>,
+}
+
+/// The region's command API over an engine (RocksDB by default).
+pub struct Storage<E: Engine = RocksEngine> {
+    scheduler: Scheduler<E>,
+}
+
+impl<E: Engine> std::fmt::Debug for Storage<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage")
+            .field("scheduler", &self.scheduler)
+            .finish()
+    }
+}
+
+/// Locks resolved, or keys collected, per write command of a range
+/// operation.
+const RANGE_BATCH_KEYS: usize = 256;
+
+impl Storage<RocksEngine> {
+    /// Opens (or creates) a RocksDB directory with the default
+    /// configuration.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, StorageConfig::default())
+    }
+
+    /// Opens (or creates) a RocksDB directory.
+    pub fn open_with(path: impl AsRef<Path>, config: StorageConfig) -> Result<Self> {
+        Ok(Self::new(RocksEngine::open(path)?, config))
+    }
+}
+
+impl<E: Engine> Storage<E> {
+    /// A storage over `engine`.
+    pub fn new(engine: E, config: StorageConfig) -> Self {
+        let cm = ConcurrencyManager::new(config.initial_max_ts);
+        Storage {
+            scheduler: Scheduler::new(engine, cm, &config.scheduler),
+        }
+    }
+
+    /// The engine underneath.
+    pub fn engine(&self) -> &E {
+        self.scheduler.engine()
+    }
+
+    /// The region's `max_ts` and memory locks.
+    pub fn concurrency_manager(&self) -> &ConcurrencyManager {
+        self.scheduler.concurrency_manager()
+    }
+
+    /// The scheduler, for its counters.
+    pub fn scheduler(&self) -> &Scheduler<E> {
+        &self.scheduler
+    }
+
+    /// Sends a write command without waiting for it.
+    pub fn sched_write<C: WriteCommand>(&self, cmd: C) -> Pending<C::Output> {
+        self.sched_write_with(cmd, CommandOptions::default())
+    }
+
+    /// Sends a write command with options, without waiting for it.
+    pub fn sched_write_with<C: WriteCommand>(
+        &self,
+        cmd: C,
+        options: CommandOptions,
+    ) -> Pending<C::Output> {
+        let (completer, answer) = pending::<C::Output>();
+        let deadline = options.max_execution_duration.map(|d| Instant::now() + d);
+        let keys = cmd.latch_keys();
+        let job = Box::new(move |input: JobInput<'_, E>| {
+            let outcome = match input {
+                JobInput::Run { engine, cm } => cmd.process(WriteContext {
+                    snapshot: engine.snapshot(),
+                    cm,
+                }),
+                JobInput::Abort(e) => Err(e),
+            };
+            match outcome {
+                Ok(result) => crate::scheduler::Finish {
+                    batch: result.txn.into_write_batch(),
+                    guards: result.guards,
+                    reply: Box::new(move |written: Result<()>| {
+                        completer.complete(written.map(|()| result.output));
+                    }),
+                },
+                Err(e) => crate::scheduler::Finish {
+                    batch: Default::default(),
+                    guards: Vec::new(),
+                    reply: Box::new(move |_| completer.complete(Err(e))),
+                },
+            }
+        });
+        match self.scheduler.submit_write(&keys, deadline, job) {
+            Ok(()) => answer,
+            Err(e) => Pending::ready(Err(e)),
+        }
+    }
+
+    /// Sends a read command to a worker without waiting for it.
+    pub fn sched_read<C: ReadCommand>(&self, cmd: C) -> Pending<C::Output> {
+        let (completer, answer) = pending::<C::Output>();
+        let submitted = self
+            .scheduler
+            .submit_read(move |engine, cm| completer.complete(cmd.process(engine, cm)));
+        match submitted {
+            Ok(()) => answer,
+            Err(e) => Pending::ready(Err(e)),
+        }
+    }
+
+    /// Runs a write command and waits for its answer.
+    pub fn write<C: WriteCommand>(&self, cmd: C) -> Result<C::Output> {
+        self.sched_write(cmd).wait()
+    }
+
+    /// Runs a read command on the calling thread.
+    pub fn read<C: ReadCommand>(&self, cmd: C) -> Result<C::Output> {
+        cmd.process(self.engine(), self.concurrency_manager())
+    }
+
+    /// The value of `key` at `ts` (snapshot isolation).
+    pub fn get(&self, key: Key, ts: TimeStamp) -> Result<Option<Vec<u8>>> {
+        self.read(Get {
+            key,
+            ts,
+            options: ReadOptions::default(),
+        })
+    }
+
+    /// The values of `keys` at `ts`: see [`BatchGet`].
+    pub fn batch_get(&self, keys: Vec<Key>, ts: TimeStamp) -> Result<Vec<Result<KvPair>>> {
+        self.read(BatchGet {
+            keys,
+            ts,
+            options: ReadOptions::default(),
+        })
+    }
+
+    /// A range read: see [`ScanRequest`].
+    pub fn scan(&self, request: ScanRequest) -> Result<Vec<Result<KvPair>>> {
+        self.read(Scan {
+            request,
+            options: ReadOptions::default(),
+        })
+    }
+
+    /// Prewrites: see [`Prewrite`].
+    pub fn prewrite(&self, cmd: Prewrite) -> Result<PrewriteResult> {
+        self.write(cmd)
+    }
+
+    /// Commits `keys` of the transaction `start_ts` at `commit_ts`.
+    pub fn commit(
+        &self,
+        keys: Vec<Key>,
+        start_ts: TimeStamp,
+        commit_ts: TimeStamp,
+    ) -> Result<Vec<ReleasedLock>> {
+        self.write(Commit {
+            keys,
+            start_ts,
+            commit_ts,
+        })
+    }
+
+    /// Rolls back the transaction on `key` if its lock expired by
+    /// `current_ts` (zero: regardless): see [`Cleanup`].
+    pub fn cleanup(
+        &self,
+        key: Key,
+        start_ts: TimeStamp,
+        current_ts: TimeStamp,
+    ) -> Result<Option<ReleasedLock>> {
+        self.write(Cleanup {
+            key,
+            start_ts,
+            current_ts,
+        })
+    }
+
+    /// Rolls back `keys` of the transaction `start_ts`.
+    pub fn batch_rollback(&self, keys: Vec<Key>, start_ts: TimeStamp) -> Result<Vec<ReleasedLock>> {
+        self.write(BatchRollback { keys, start_ts })
+    }
+
+    /// The status of the transaction `start_ts` on its primary: see
+    /// [`CheckTxnStatus`].
+    pub fn check_txn_status(
+        &self,
+        primary: Key,
+        start_ts: TimeStamp,
+        options: CheckTxnStatusOptions,
+    ) -> Result<TxnStatus> {
+        self.write(CheckTxnStatus {
+            primary,
+            start_ts,
+            options,
+        })
+    }
+
+    /// What the secondaries of an async-commit transaction say: see
+    /// [`CheckSecondaryLocks`].
+    pub fn check_secondary_locks(
+        &self,
+        keys: Vec<Key>,
+        start_ts: TimeStamp,
+    ) -> Result<SecondaryLocksStatus> {
+        self.write(CheckSecondaryLocks { keys, start_ts })
+    }
+
+    /// Extends the primary lock's TTL; returns the TTL now.
+    pub fn txn_heart_beat(
+        &self,
+        primary: Key,
+        start_ts: TimeStamp,
+        advise_ttl: u64,
+    ) -> Result<u64> {
+        self.write(TxnHeartBeat {
+            primary,
+            start_ts,
+            advise_ttl,
+        })
+    }
+
+    /// Commits (at `commit_ts`) or rolls back (`commit_ts` zero) the given
+    /// keys of the transaction `start_ts`.
+    pub fn resolve_lock_lite(
+        &self,
+        keys: Vec<Key>,
+        start_ts: TimeStamp,
+        commit_ts: TimeStamp,
+    ) -> Result<Vec<ReleasedLock>> {
+        self.write(ResolveLockLite {
+            keys,
+            start_ts,
+            commit_ts,
+        })
+    }
+
+    /// Commits (at `commit_ts`) or rolls back (`commit_ts` zero) every lock
+    /// of the transaction `start_ts` in `[start, end)`, in batches of 256
+    /// locks: each batch is found on a snapshot without latches, then
+    /// resolved by a latched write command that checks each lock again.
+    /// Returns how many locks were resolved.
+    pub fn resolve_lock(
+        &self,
+        start_ts: TimeStamp,
+        commit_ts: TimeStamp,
+        start: Option<Key>,
+        end: Option<Key>,
+    ) -> Result<usize> {
+        if !commit_ts.is_zero() && commit_ts <= start_ts {
+            return Err(Error::InvalidTxnTso {
+                start_ts,
+                commit_ts,
+            });
+        }
+        let mut from = start;
+        let mut resolved = 0;
+        loop {
+            let mut reader = MvccReader::new(self.engine().snapshot());
+            let (locks, has_more) = reader.scan_locks(
+                from.as_ref(),
+                end.as_ref(),
+                |_, lock| lock.ts == start_ts,
+                RANGE_BATCH_KEYS,
+            )?;
+            let Some(next) = locks.last().map(|(key, _)| next_key(key)) else {
+                return Ok(resolved);
+            };
+            let keys: Vec<Key> = locks.into_iter().map(|(key, _)| key).collect();
+            resolved += self.resolve_lock_lite(keys, start_ts, commit_ts)?.len();
+            if !has_more {
+                return Ok(resolved);
+            }
+            from = Some(next);
+        }
+    }
+
+    /// The locks in `[start, end)` of transactions started at or before
+    /// `max_ts`: see [`ScanLock`].
+    pub fn scan_lock(
+        &self,
+        start: Option<Key>,
+        end: Option<Key>,
+        max_ts: TimeStamp,
+        limit: usize,
+    ) -> Result<Vec<LockInfo>> {
+        self.read(ScanLock {
+            start,
+            end,
+            max_ts,
+            limit,
+        })
+    }
+
+    /// Every lock, write record and value of `key`, decoded.
+    pub fn mvcc_by_key(&self, key: Key) -> Result<MvccInfo> {
+        self.read(MvccByKey { key })
+    }
+
+    /// Collects the garbage of every key with a write record in `[start,
+    /// end)` at `safe_point`, 256 keys per latched command. Returns the
+    /// totals.
+    pub fn gc(
+        &self,
+        safe_point: TimeStamp,
+        start: Option<Key>,
+        end: Option<Key>,
+    ) -> Result<GcInfo> {
+        let mut total = GcInfo::default();
+        let mut from = start;
+        loop {
+            let (keys, next) = self.write_cf_keys(from.as_ref(), end.as_ref(), RANGE_BATCH_KEYS)?;
+            if !keys.is_empty() {
+                let info = self.write(Gc { keys, safe_point })?;
+                total.found_versions += info.found_versions;
+                total.deleted_versions += info.deleted_versions;
+                total.deleted_values += info.deleted_values;
+            }
+            match next {
+                Some(next) => from = Some(next),
+                None => return Ok(total),
+            }
+        }
+    }
+
+    /// Up to `limit` distinct user keys with write records in `[start,
+    /// end)`, and where to continue (`None`: the range is done).
+    fn write_cf_keys(
+        &self,
+        start: Option<&Key>,
+        end: Option<&Key>,
+        limit: usize,
+    ) -> Result<(Vec<Key>, Option<Key>)> {
+        let mut options = IterOptions::new().fill_cache(false);
+        options.lower_bound = start.map(|k| k.as_encoded().clone());
+        options.upper_bound = end.map(|k| k.as_encoded().clone());
+        let mut cursor = self.engine().snapshot().iter(Cf::Write, options)?;
+        let mut keys = Vec::new();
+        let mut valid = cursor.seek_to_first()?;
+        while valid {
+            let user_key = Key::truncate_ts_for(cursor.key())
+                .map_err(|e| percolate_mvcc::Error::corruption(Cf::Write, cursor.key(), e))?;
+            if keys.len() == limit {
+                return Ok((keys, Some(Key::from_encoded_slice(user_key))));
+            }
+            let key = Key::from_encoded_slice(user_key);
+            // Past every version of `key`: its oldest possible version is
+            // the key with an all-ones ts suffix.
+            let mut past = key.clone().append_ts(TimeStamp::zero()).into_encoded();
+            past.push(0);
+            keys.push(key);
+            valid = cursor.seek(&past)?;
+        }
+        Ok((keys, None))
+    }
+}
+
+/// The smallest encoded key after `key`.
+fn next_key(key: &Key) -> Key {
+    let mut next = key.as_encoded().clone();
+    next.push(0);
+    Key::from_encoded(next)
+}
+
+#[cfg(test)]
+mod tests;
