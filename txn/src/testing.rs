@@ -627,3 +627,6 @@ impl<E: Engine> TxnFixture<E> {
             .collect()
     }
 }
+
+mod faulty;
+pub use faulty::FaultyEngine;

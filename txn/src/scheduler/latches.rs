@@ -1,20 +1,24 @@
 //! Latches: one command at a time per key.
 //!
-//! Every write command hashes its keys to slots. A command may run once it
-//! is at the front of the queue of every one of its slots; it then runs
-//! alone on those keys, and on release each slot's queue moves on to the
-//! next command, in arrival order.
+//! Every write command hashes its keys. A command may run once, for each of
+//! its key hashes, it is the earliest waiting command with that hash; it
+//! then runs alone on those keys, and on release the next command with each
+//! hash moves up, in arrival order.
 //!
-//! Invariant: a command enters its slots' queues in ascending slot order
-//! and only enters slot `i + 1` after it reached the front of slot `i`.
-//! Two commands therefore never wait for each other in a cycle (no
-//! deadlock), and commands with disjoint slots never wait at all.
+//! The hashes live in a fixed number of slots (`hash & mask`), each a FIFO
+//! of `(hash, command)` entries. Distinct hashes sharing a slot do not block
+//! each other: a slot only saves memory and spreads the mutexes. Only equal
+//! hashes queue (distinct keys with equal 64-bit hashes serialize, which
+//! costs parallelism, never correctness).
+//!
+//! Invariant: a command enters the queues of its hashes in ascending hash
+//! order and only enters hash `i + 1` after it became the first of hash
+//! `i`. Two commands therefore never wait for each other in a cycle (no
+//! deadlock), and commands with disjoint hashes never wait at all.
 //!
 //! Latches make each command atomic; they say nothing about transactions.
 //! Two transactions interleave freely between their commands: isolation
 //! comes from the checks the actions make (locks, write conflicts).
-//! Distinct keys that hash to one slot queue behind each other; that costs
-//! parallelism, never correctness.
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash};
@@ -24,30 +28,39 @@ use parking_lot::Mutex;
 /// Identifies a command while it holds or waits for latches.
 pub type CommandId = u64;
 
-/// The slots one command needs, and how many of them it already owns.
+/// The key hashes one command needs, and how many of them it already owns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lock {
-    /// Slot indexes, ascending, without duplicates.
-    required_slots: Vec<usize>,
-    /// `required_slots[..owned]` are owned (the command is at their front).
+    /// Key hashes, ascending, without duplicates.
+    required_hashes: Vec<u64>,
+    /// `required_hashes[..owned]` are owned (the command is the first
+    /// entry with each of them).
     owned: usize,
 }
 
 impl Lock {
-    /// Whether every slot is owned: the command may run.
+    /// Whether every hash is owned: the command may run.
     pub fn acquired(&self) -> bool {
-        self.owned == self.required_slots.len()
+        self.owned == self.required_hashes.len()
     }
 
     /// Whether the command needs no latch at all.
     pub fn is_empty(&self) -> bool {
-        self.required_slots.is_empty()
+        self.required_hashes.is_empty()
     }
 }
 
-/// A fixed set of FIFO slots keys hash to.
+type Slot = VecDeque<(u64, CommandId)>;
+
+/// The first command waiting in `slot` with `hash`.
+fn first_with(slot: &Slot, hash: u64) -> Option<CommandId> {
+    slot.iter().find(|(h, _)| *h == hash).map(|&(_, cid)| cid)
+}
+
+/// A fixed set of slots the key hashes of waiting and running commands
+/// live in.
 pub struct Latches {
-    slots: Vec<Mutex<VecDeque<CommandId>>>,
+    slots: Vec<Mutex<Slot>>,
     hasher: std::hash::RandomState,
 }
 
@@ -71,53 +84,59 @@ impl Latches {
 
     /// The lock a command on `keys` must acquire.
     pub fn gen_lock<K: Hash>(&self, keys: impl IntoIterator<Item = K>) -> Lock {
-        let mask = self.slots.len() - 1;
-        let mut required_slots: Vec<usize> = keys
+        let mut required_hashes: Vec<u64> = keys
             .into_iter()
-            .map(|key| (self.hasher.hash_one(key) as usize) & mask)
+            .map(|key| self.hasher.hash_one(key))
             .collect();
-        required_slots.sort_unstable();
-        required_slots.dedup();
+        required_hashes.sort_unstable();
+        required_hashes.dedup();
         Lock {
-            required_slots,
+            required_hashes,
             owned: 0,
         }
     }
 
-    /// Takes as many of `lock`'s slots as possible for command `cid`, in
+    fn slot(&self, hash: u64) -> &Mutex<Slot> {
+        &self.slots[(hash as usize) & (self.slots.len() - 1)]
+    }
+
+    /// Takes as many of `lock`'s hashes as possible for command `cid`, in
     /// order. Returns whether all are now owned; if not, the command waits
-    /// in the queue of the first slot it does not own and must call again
-    /// when [`release`](Self::release) names it.
+    /// behind the first hash it does not own and must call again when
+    /// [`release`](Self::release) names it.
     pub fn acquire(&self, lock: &mut Lock, cid: CommandId) -> bool {
-        while let Some(&slot) = lock.required_slots.get(lock.owned) {
-            let mut queue = self.slots[slot].lock();
-            if queue.back() != Some(&cid) && !queue.contains(&cid) {
-                queue.push_back(cid);
-            }
-            if queue.front() != Some(&cid) {
-                return false;
+        while let Some(&hash) = lock.required_hashes.get(lock.owned) {
+            let mut slot = self.slot(hash).lock();
+            match first_with(&slot, hash) {
+                Some(first) if first == cid => {}
+                Some(_) => {
+                    if !slot.contains(&(hash, cid)) {
+                        slot.push_back((hash, cid));
+                    }
+                    return false;
+                }
+                None => slot.push_back((hash, cid)),
             }
             lock.owned += 1;
         }
         true
     }
 
-    /// Releases every slot `cid` owns, and those it waits in. Returns the
-    /// commands now at the front of a released slot: they may be able to go
+    /// Releases every hash `cid` owns, and the one it waits for. Returns
+    /// the commands now first for a released hash: they may be able to go
     /// on and should call [`acquire`](Self::acquire) again.
     pub fn release(&self, lock: &Lock, cid: CommandId) -> Vec<CommandId> {
         let mut wake = Vec::new();
-        for (i, &slot) in lock.required_slots.iter().enumerate() {
-            let mut queue = self.slots[slot].lock();
-            if i < lock.owned {
-                let front = queue.pop_front();
-                debug_assert_eq!(front, Some(cid), "an owned slot has its owner in front");
-                wake.extend(queue.front().copied());
-            } else if let Some(pos) = queue.iter().position(|&c| c == cid) {
-                queue.remove(pos);
-                if pos == 0 {
-                    wake.extend(queue.front().copied());
-                }
+        for (i, &hash) in lock.required_hashes.iter().enumerate() {
+            let mut slot = self.slot(hash).lock();
+            let Some(pos) = slot.iter().position(|&entry| entry == (hash, cid)) else {
+                debug_assert!(i >= lock.owned, "an owned hash has its entry");
+                break;
+            };
+            let was_first = first_with(&slot, hash) == Some(cid);
+            slot.remove(pos);
+            if was_first {
+                wake.extend(first_with(&slot, hash));
             }
         }
         wake.sort_unstable();
@@ -152,6 +171,15 @@ mod tests {
     }
 
     #[test]
+    fn a_woken_command_that_gives_up_wakes_the_next() {
+        let latches = Latches::new(8);
+        let [a, b, mut c] = three_queued_on_one_key(&latches);
+        assert_eq!(latches.release(&a, 1), vec![2]);
+        assert_eq!(latches.release(&b, 2), vec![3], "2 was first, never ran");
+        assert!(latches.acquire(&mut c, 3));
+    }
+
+    #[test]
     fn disjoint_commands_overlap_and_a_spanning_one_waits_for_both() {
         let latches = Latches::new(1 << 16);
         let mut a = latches.gen_lock([b"k1", b"k2", b"k3"]);
@@ -169,12 +197,35 @@ mod tests {
         assert!(latches.acquire(&mut c, 3));
     }
 
+    /// N5: distinct key hashes that share a slot don't block each other;
+    /// only equal hashes queue, first in first out.
     #[test]
-    fn one_slot_serializes_everything_but_never_deadlocks() {
+    fn n5_distinct_hashes_in_one_slot_do_not_block_each_other() {
+        let latches = Latches::new(1);
+        let mut a = latches.gen_lock([b"x"]);
+        let mut b = latches.gen_lock([b"y"]);
+        assert!(latches.acquire(&mut a, 1));
+        assert!(
+            latches.acquire(&mut b, 2),
+            "y shares x's slot, not its hash"
+        );
+        let mut c = latches.gen_lock([b"x"]);
+        let mut d = latches.gen_lock([b"x"]);
+        assert!(!latches.acquire(&mut c, 3));
+        assert!(!latches.acquire(&mut d, 4));
+        assert_eq!(latches.release(&b, 2), Vec::<CommandId>::new());
+        assert_eq!(latches.release(&a, 1), vec![3], "4 queues behind 3 on x");
+        assert!(latches.acquire(&mut c, 3));
+        assert!(!latches.acquire(&mut d, 4));
+        assert_eq!(latches.release(&c, 3), vec![4]);
+        assert!(latches.acquire(&mut d, 4));
+    }
+
+    #[test]
+    fn commands_with_overlapping_keys_in_any_order_never_deadlock() {
         let latches = Latches::new(1);
         let mut a = latches.gen_lock([b"x", b"y"]);
         let mut b = latches.gen_lock([b"y", b"x"]);
-        assert_eq!(a.required_slots, vec![0]);
         assert!(latches.acquire(&mut a, 1));
         assert!(!latches.acquire(&mut b, 2));
         assert_eq!(latches.release(&a, 1), vec![2]);

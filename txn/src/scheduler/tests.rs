@@ -1,1 +1,251 @@
+//! The scheduler's own guarantees, through `Storage` on the memory engine:
+//! failed writes, group commit, shutdown, the non-blocking forms.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use percolate_engine::{Durability, MemoryEngine};
+use percolate_mvcc::{Key, LockType, TimeStamp};
+
 use super::*;
+use crate::actions::prewrite::Mutation;
+use crate::commands::{Commit, Get, Prewrite, WriteResult};
+use crate::read::ReadOptions;
+use crate::storage::{Storage, StorageConfig};
+use crate::testing::FaultyEngine;
+
+fn ts(v: u64) -> TimeStamp {
+    TimeStamp::new(v)
+}
+
+fn key(raw: &str) -> Key {
+    Key::from_raw(raw.as_bytes())
+}
+
+fn storage_with(
+    config: SchedulerConfig,
+) -> (
+    Storage<FaultyEngine<MemoryEngine>>,
+    FaultyEngine<MemoryEngine>,
+) {
+    let engine = FaultyEngine::new(MemoryEngine::new());
+    let storage = Storage::new(
+        engine.clone(),
+        StorageConfig {
+            scheduler: config,
+            ..Default::default()
+        },
+    );
+    (storage, engine)
+}
+
+fn put(k: &str, start_ts: u64) -> Prewrite {
+    Prewrite::new(vec![Mutation::put(key(k), b"v".to_vec())], k, ts(start_ts))
+}
+
+#[test]
+fn a_failed_write_answers_the_error_and_releases_latches_and_memory_locks() {
+    let (storage, engine) = storage_with(SchedulerConfig::default());
+    engine.fail_next_writes(1);
+    let async_put = put("k", 10).async_commit(vec![], TimeStamp::zero());
+    let err = storage.prewrite(async_put.clone()).unwrap_err();
+    assert!(matches!(err, Error::WriteFailed(_)), "{err}");
+    let cm = storage.concurrency_manager();
+    assert_eq!(cm.read_key_check(&key("k"), |_, _| Err(())), Ok(()));
+    assert_eq!(cm.global_min_lock_ts(), None);
+    assert_eq!(storage.scheduler().in_flight(), 0);
+    // Nothing was written, and the same request now succeeds.
+    assert_eq!(storage.get(key("k"), ts(100)).unwrap(), None);
+    let result = storage.prewrite(async_put).unwrap();
+    assert_eq!(result.min_commit_ts, ts(101), "above the get at 100");
+    storage.commit(vec![key("k")], ts(10), ts(101)).unwrap();
+    assert_eq!(storage.get(key("k"), ts(101)).unwrap(), Some(b"v".to_vec()));
+}
+
+#[test]
+fn synced_writes_of_concurrent_commands_are_grouped() {
+    const COMMANDS: u64 = 32;
+    let (storage, engine) = storage_with(SchedulerConfig {
+        worker_threads: 2,
+        durability: Durability::Sync,
+        ..Default::default()
+    });
+    let held = engine.hold_writes();
+    let answers: Vec<_> = (0..COMMANDS)
+        .map(|i| storage.sched_write(put(&format!("k{i}"), 10 + i)))
+        .collect();
+    // Every command is processed while the first write is held; the rest
+    // pile up behind it for the writer.
+    std::thread::sleep(Duration::from_millis(100));
+    drop(held);
+    for answer in answers {
+        answer.wait().unwrap();
+    }
+    assert_eq!(engine.modifies_written(), COMMANDS as usize);
+    assert!(
+        engine.writes() < COMMANDS as usize,
+        "{} engine writes for {COMMANDS} commands",
+        engine.writes()
+    );
+    for i in 0..COMMANDS {
+        let info = storage.mvcc_by_key(key(&format!("k{i}"))).unwrap();
+        assert_eq!(info.lock.map(|l| l.lock_type), Some(LockType::Put));
+    }
+}
+
+#[test]
+fn a_failed_group_write_fails_every_command_of_the_group() {
+    let (storage, engine) = storage_with(SchedulerConfig {
+        worker_threads: 2,
+        durability: Durability::Sync,
+        ..Default::default()
+    });
+    let held = engine.hold_writes();
+    engine.fail_next_writes(2);
+    let answers: Vec<_> = (0..8)
+        .map(|i| storage.sched_write(put(&format!("k{i}"), 10 + i)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    drop(held);
+    let failed = answers
+        .into_iter()
+        .map(Pending::wait)
+        .filter(|r| matches!(r, Err(Error::WriteFailed(_))))
+        .count();
+    // Two engine writes failed; each took at least one command with it, and
+    // exactly the commands that were not written report failure.
+    assert!(failed >= 2, "{failed}");
+    let written = (0..8)
+        .filter(|i| {
+            storage
+                .mvcc_by_key(key(&format!("k{i}")))
+                .unwrap()
+                .lock
+                .is_some()
+        })
+        .count();
+    assert_eq!(written + failed, 8);
+}
+
+/// A command that blocks inside `process` until told to go on.
+struct Gate {
+    keys: Vec<Key>,
+    entered: mpsc::Sender<()>,
+    go: mpsc::Receiver<()>,
+}
+
+impl crate::commands::WriteCommand for Gate {
+    type Output = ();
+
+    fn latch_keys(&self) -> Vec<Key> {
+        self.keys.clone()
+    }
+
+    fn process<S: percolate_engine::Snapshot>(
+        self,
+        _ctx: crate::commands::WriteContext<'_, S>,
+    ) -> Result<WriteResult<()>> {
+        self.entered.send(()).unwrap();
+        self.go.recv().unwrap();
+        Ok(WriteResult::new(percolate_mvcc::MvccTxn::new(ts(1)), ()))
+    }
+}
+
+fn gate(keys: &[&str]) -> (Gate, mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let gate = Gate {
+        keys: keys.iter().map(|k| key(k)).collect(),
+        entered: entered_tx,
+        go: go_rx,
+    };
+    (gate, entered_rx, go_tx)
+}
+
+#[test]
+fn a_full_queue_refuses_commands_until_it_drains() {
+    let (storage, _) = storage_with(SchedulerConfig {
+        worker_threads: 1,
+        max_pending: 2,
+        ..Default::default()
+    });
+    let (blocker, entered, go) = gate(&["a"]);
+    let blocked = storage.sched_write(blocker);
+    entered.recv().unwrap();
+    let queued = storage.sched_write(put("b", 5));
+    let refused = storage.sched_write(put("c", 6)).wait();
+    assert!(
+        matches!(
+            refused,
+            Err(Error::SchedTooBusy {
+                pending: 2,
+                limit: 2
+            })
+        ),
+        "{refused:?}"
+    );
+    assert!(refused.unwrap_err().is_retryable());
+    go.send(()).unwrap();
+    blocked.wait().unwrap();
+    queued.wait().unwrap();
+    storage.prewrite(put("c", 6)).unwrap();
+}
+
+#[test]
+fn reads_run_on_workers_and_can_be_awaited() {
+    let (storage, _) = storage_with(SchedulerConfig::default());
+    storage.prewrite(put("k", 5)).unwrap();
+    storage
+        .sched_write(Commit {
+            keys: vec![key("k")],
+            start_ts: ts(5),
+            commit_ts: ts(6),
+        })
+        .wait()
+        .unwrap();
+    let get = Get {
+        key: key("k"),
+        ts: ts(7),
+        options: ReadOptions::default(),
+    };
+    let value = block_on(storage.sched_read(get)).unwrap();
+    assert_eq!(value, Some(b"v".to_vec()));
+    assert_eq!(storage.concurrency_manager().max_ts(), ts(7));
+}
+
+/// Polls a future to completion on this thread.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+#[test]
+fn dropping_the_storage_finishes_queued_commands_and_stops_its_threads() {
+    let (storage, engine) = storage_with(SchedulerConfig {
+        worker_threads: 2,
+        durability: Durability::Sync,
+        ..Default::default()
+    });
+    let answers: Vec<_> = (0..16)
+        .map(|i| storage.sched_write(put(&format!("k{i}"), 10 + i)))
+        .collect();
+    drop(storage);
+    for answer in answers {
+        answer.wait().unwrap();
+    }
+    assert_eq!(engine.modifies_written(), 16);
+}

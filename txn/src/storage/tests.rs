@@ -1,1 +1,174 @@
+//! The range operations and argument checks of `Storage`, on the memory
+//! engine (the behaviour scenarios run on both engines in `tests/`).
+
+use percolate_engine::MemoryEngine;
+use percolate_mvcc::WriteType;
+
 use super::*;
+use crate::actions::prewrite::Mutation;
+
+fn ts(v: u64) -> TimeStamp {
+    TimeStamp::new(v)
+}
+
+fn key(raw: &str) -> Key {
+    Key::from_raw(raw.as_bytes())
+}
+
+fn storage() -> Storage<MemoryEngine> {
+    Storage::new(MemoryEngine::new(), StorageConfig::default())
+}
+
+fn prewrite_puts(storage: &Storage<MemoryEngine>, keys: &[String], start_ts: u64) {
+    let mutations = keys
+        .iter()
+        .map(|k| Mutation::put(key(k), format!("{k}@{start_ts}").into_bytes()))
+        .collect();
+    let result = storage
+        .prewrite(Prewrite::new(mutations, keys[0].as_bytes(), ts(start_ts)))
+        .unwrap();
+    assert!(result.locks.is_empty());
+}
+
+fn keys(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("k{i:04}")).collect()
+}
+
+#[test]
+fn resolve_lock_commits_every_lock_of_the_txn_in_the_range_in_batches() {
+    let storage = storage();
+    let all = keys(600);
+    prewrite_puts(&storage, &all, 10);
+    prewrite_puts(&storage, &["other".to_string()], 11);
+    let resolved = storage
+        .resolve_lock(ts(10), ts(20), Some(key("k0100")), None)
+        .unwrap();
+    assert_eq!(resolved, 500, "three batches of at most 256");
+    let locks = storage.scan_lock(None, None, TimeStamp::max(), 0).unwrap();
+    let locked: Vec<Vec<u8>> = locks.iter().map(|l| l.key.clone()).collect();
+    let mut expected: Vec<Vec<u8>> = all[..100].iter().map(|k| k.clone().into_bytes()).collect();
+    expected.push(b"other".to_vec());
+    assert_eq!(locked, expected);
+    assert_eq!(
+        storage.get(key("k0599"), ts(20)).unwrap(),
+        Some(b"k0599@10".to_vec())
+    );
+    assert_eq!(storage.get(key("k0100"), ts(19)).unwrap(), None);
+}
+
+#[test]
+fn resolve_lock_rolls_back_with_a_zero_commit_ts_and_checks_the_ts() {
+    let storage = storage();
+    prewrite_puts(&storage, &keys(3), 10);
+    let err = storage
+        .resolve_lock(ts(10), ts(10), None, None)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidTxnTso { .. }), "{err}");
+    assert_eq!(
+        storage
+            .resolve_lock(ts(10), TimeStamp::zero(), None, None)
+            .unwrap(),
+        3
+    );
+    for k in keys(3) {
+        let info = storage.mvcc_by_key(key(&k)).unwrap();
+        assert!(info.lock.is_none());
+        assert_eq!(info.writes[0].1.write_type, WriteType::Rollback);
+    }
+}
+
+#[test]
+fn gc_walks_every_key_of_the_range() {
+    let storage = storage();
+    let all = keys(300);
+    for (start_ts, commit_ts) in [(10, 11), (20, 21)] {
+        prewrite_puts(&storage, &all, start_ts);
+        let keys = all.iter().map(|k| key(k)).collect();
+        storage.commit(keys, ts(start_ts), ts(commit_ts)).unwrap();
+    }
+    let info = storage.gc(ts(25), None, Some(key("k0200"))).unwrap();
+    assert_eq!(info.found_versions, 400);
+    assert_eq!(info.deleted_versions, 200);
+    assert_eq!(storage.mvcc_by_key(key("k0199")).unwrap().writes.len(), 1);
+    assert_eq!(storage.mvcc_by_key(key("k0200")).unwrap().writes.len(), 2);
+    assert_eq!(
+        storage.get(key("k0000"), ts(30)).unwrap(),
+        Some(b"k0000@20".to_vec())
+    );
+}
+
+#[test]
+fn batch_get_reports_values_and_locks_in_the_order_asked() {
+    let storage = storage();
+    prewrite_puts(&storage, &["a".to_string()], 5);
+    storage.commit(vec![key("a")], ts(5), ts(6)).unwrap();
+    prewrite_puts(&storage, &["b".to_string()], 7);
+    let got = storage
+        .batch_get(vec![key("b"), key("missing"), key("a")], ts(10))
+        .unwrap();
+    assert_eq!(got.len(), 2);
+    assert!(matches!(
+        &got[0],
+        Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) if info.key == b"b"
+    ));
+    assert_eq!(got[1].as_ref().unwrap(), &(key("a"), b"a@5".to_vec()));
+}
+
+#[test]
+fn malformed_prewrites_are_refused_before_anything_is_read() {
+    let storage = storage();
+    let put = |k: &str| Mutation::put(key(k), b"v".to_vec());
+    let cases = [
+        Prewrite::new(vec![], b"k", ts(5)),
+        Prewrite::new(vec![put("k")], b"k", TimeStamp::zero()),
+        Prewrite::new(vec![put("k")], b"", ts(5)),
+        Prewrite::new(vec![put("k"), put("j"), put("k")], b"k", ts(5)),
+    ];
+    for case in cases {
+        let err = storage.prewrite(case.clone()).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidRequest { .. }),
+            "{case:?}: {err}"
+        );
+    }
+    assert!(
+        storage
+            .scan_lock(None, None, TimeStamp::max(), 0)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn check_secondary_locks_stops_at_the_first_decided_key() {
+    let storage = storage();
+    let prewrite = Prewrite::new(
+        vec![
+            Mutation::put(key("s1"), b"1".to_vec()),
+            Mutation::put(key("s2"), b"2".to_vec()),
+        ],
+        b"p",
+        ts(10),
+    )
+    .async_commit(vec![], TimeStamp::zero());
+    storage.prewrite(prewrite).unwrap();
+    match storage
+        .check_secondary_locks(vec![key("s1"), key("s2")], ts(10))
+        .unwrap()
+    {
+        SecondaryLocksStatus::Locked(locks) => assert_eq!(locks.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    // s3 was never prewritten: it is rolled back (protected), and so is
+    // the transaction.
+    let status = storage
+        .check_secondary_locks(vec![key("s1"), key("s3"), key("s2")], ts(10))
+        .unwrap();
+    assert_eq!(status, SecondaryLocksStatus::RolledBack);
+    assert_eq!(storage.concurrency_manager().max_ts(), ts(10));
+    storage.commit(vec![key("s1")], ts(10), ts(15)).unwrap();
+    let status = storage
+        .check_secondary_locks(vec![key("s1"), key("s2")], ts(10))
+        .unwrap();
+    assert_eq!(status, SecondaryLocksStatus::Committed(ts(15)));
+}

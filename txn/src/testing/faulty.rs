@@ -1,0 +1,87 @@
+//! An engine wrapper that fails or holds writes on demand, for tests of
+//! what the layers above do when the engine misbehaves.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+use percolate_engine::{Engine, WriteBatch, WriteOptions};
+
+/// Wraps an engine: counts its writes, can fail the next `n` of them with
+/// `engine::Error::Injected`, and can hold every write until released.
+/// Clones share the same switches.
+#[derive(Clone, Debug)]
+pub struct FaultyEngine<E> {
+    inner: E,
+    state: Arc<FaultState>,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    fail_next: AtomicUsize,
+    writes: AtomicUsize,
+    modifies: AtomicUsize,
+    gate: Mutex<()>,
+}
+
+impl<E: Engine> FaultyEngine<E> {
+    /// Wraps `inner`, failing nothing.
+    pub fn new(inner: E) -> Self {
+        FaultyEngine {
+            inner,
+            state: Arc::default(),
+        }
+    }
+
+    /// The wrapped engine.
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
+
+    /// Makes the next `n` writes fail (writing nothing).
+    pub fn fail_next_writes(&self, n: usize) {
+        self.state.fail_next.store(n, Ordering::SeqCst);
+    }
+
+    /// Writes attempted so far (failed ones included).
+    pub fn writes(&self) -> usize {
+        self.state.writes.load(Ordering::SeqCst)
+    }
+
+    /// Modifications in the writes that succeeded so far.
+    pub fn modifies_written(&self) -> usize {
+        self.state.modifies.load(Ordering::SeqCst)
+    }
+
+    /// Holds every write (they block before reaching the engine) until the
+    /// returned guard drops.
+    pub fn hold_writes(&self) -> MutexGuard<'_, ()> {
+        self.state.gate.lock()
+    }
+}
+
+impl<E: Engine> Engine for FaultyEngine<E> {
+    type Snap = E::Snap;
+
+    fn snapshot(&self) -> Self::Snap {
+        self.inner.snapshot()
+    }
+
+    fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate_engine::Result<()> {
+        drop(self.state.gate.lock());
+        self.state.writes.fetch_add(1, Ordering::SeqCst);
+        let failing = self
+            .state
+            .fail_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(percolate_engine::Error::Injected {
+                reason: "FaultyEngine fails this write".into(),
+            });
+        }
+        self.inner.write(batch, options)?;
+        self.state.modifies.fetch_add(batch.len(), Ordering::SeqCst);
+        Ok(())
+    }
+}
