@@ -54,12 +54,16 @@ pub enum Cf {
     Lock,
     /// `write`: commit (and rollback) records, keyed by user key + commit_ts.
     Write,
+    /// `raw`: the raw (non-transactional) key-value API's data, keyed by the
+    /// raw key as given. A column family of its own, so no raw key can ever
+    /// collide with transactional data.
+    Raw,
 }
 
 impl Cf {
     /// Every column family, in a fixed order (usable as an array index via
     /// [`Cf::index`]).
-    pub const ALL: [Cf; 3] = [Cf::Default, Cf::Lock, Cf::Write];
+    pub const ALL: [Cf; 4] = [Cf::Default, Cf::Lock, Cf::Write, Cf::Raw];
 
     /// The RocksDB name of the column family, as TiKV names it.
     pub const fn name(self) -> &'static str {
@@ -67,6 +71,7 @@ impl Cf {
             Cf::Default => "default",
             Cf::Lock => "lock",
             Cf::Write => "write",
+            Cf::Raw => "raw",
         }
     }
 
@@ -76,6 +81,7 @@ impl Cf {
             Cf::Default => 0,
             Cf::Lock => 1,
             Cf::Write => 2,
+            Cf::Raw => 3,
         }
     }
 

@@ -263,6 +263,7 @@ impl Engine for RocksEngine {
             handle(db, Cf::ALL[0])?,
             handle(db, Cf::ALL[1])?,
             handle(db, Cf::ALL[2])?,
+            handle(db, Cf::ALL[3])?,
         ];
         let mut wb = rocksdb::WriteBatch::default();
         // RocksDB copies keys into the batch: one scratch buffer serves all.

@@ -373,7 +373,7 @@ pub fn check_engines_agree<A: Engine, B: Engine>(a: &A, b: &B, seed: u64, rounds
     for round in 0..rounds {
         let mut batch = WriteBatch::new();
         for _ in 0..rng.random_range(0..8) {
-            let cf = Cf::ALL[rng.random_range(0..3)];
+            let cf = Cf::ALL[rng.random_range(0..Cf::ALL.len())];
             match rng.random_range(0..10) {
                 0 => batch.delete_range(cf, random_key(&mut rng), random_key(&mut rng)),
                 1..=3 => batch.delete(cf, random_key(&mut rng)),

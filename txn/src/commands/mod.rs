@@ -13,14 +13,18 @@
 //! commit below it.
 
 mod prewrite;
+mod raw;
 mod read;
 mod resolve;
 mod write;
 
-use percolate_engine::{Engine, Snapshot};
+use percolate_engine::{Engine, Snapshot, WriteBatch};
 use percolate_mvcc::{Key, MvccReader, MvccTxn, TimeStamp};
 
 pub use self::prewrite::Prewrite;
+pub use self::raw::{
+    RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan,
+};
 pub use self::read::{BatchGet, Get, MvccByKey, Scan, ScanLock};
 pub use self::resolve::{
     CheckSecondaryLocks, CheckTxnStatus, Cleanup, ResolveLockLite, SecondaryLocksStatus,
@@ -43,7 +47,7 @@ pub struct WriteContext<'a, S> {
 #[derive(Debug)]
 pub struct WriteResult<T> {
     /// Modifications to write in one atomic engine write.
-    pub txn: MvccTxn,
+    pub batch: WriteBatch,
     /// The answer, given once the modifications are written.
     pub output: T,
     /// Memory locks to hold until the modifications are in the engine.
@@ -51,10 +55,15 @@ pub struct WriteResult<T> {
 }
 
 impl<T> WriteResult<T> {
-    /// A result with no memory locks.
+    /// The modifications buffered in `txn`, with no memory locks.
     pub fn new(txn: MvccTxn, output: T) -> Self {
+        Self::from_batch(txn.into_write_batch(), output)
+    }
+
+    /// A batch of modifications, with no memory locks.
+    pub fn from_batch(batch: WriteBatch, output: T) -> Self {
         WriteResult {
-            txn,
+            batch,
             output,
             guards: Vec::new(),
         }

@@ -183,7 +183,7 @@ impl WriteCommand for Prewrite {
             });
         }
         Ok(WriteResult {
-            txn,
+            batch: txn.into_write_batch(),
             output: result,
             guards,
         })

@@ -39,8 +39,9 @@ use crate::actions::prewrite::PrewriteResult;
 use crate::actions::{ReleasedLock, TxnStatus};
 use crate::commands::{
     BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup, Commit, Gc, Get,
-    MvccByKey, Prewrite, ReadCommand, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus,
-    TxnHeartBeat, WriteCommand, WriteContext,
+    MvccByKey, Prewrite, RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut,
+    RawScan, ReadCommand, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus, TxnHeartBeat,
+    WriteCommand, WriteContext,
 };
 use crate::concurrency_manager::ConcurrencyManager;
 use crate::read::{ReadOptions, ScanRequest};
@@ -145,7 +146,7 @@ impl<E: Engine> Storage<E> {
             };
             match outcome {
                 Ok(result) => crate::scheduler::Finish {
-                    batch: result.txn.into_write_batch(),
+                    batch: result.batch,
                     guards: result.guards,
                     reply: Box::new(move |written: Result<()>| {
                         completer.complete(written.map(|()| result.output));
@@ -391,6 +392,64 @@ impl<E: Engine> Storage<E> {
                 None => return Ok(total),
             }
         }
+    }
+
+    /// The latest value of a raw key (raw data is separate from
+    /// transactional data: see [`RawPut`]).
+    pub fn raw_get(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
+        self.read(RawGet { key })
+    }
+
+    /// The latest values of raw keys: a pair per key that exists.
+    pub fn raw_batch_get(&self, keys: Vec<Vec<u8>>) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.read(RawBatchGet { keys })
+    }
+
+    /// Raw pairs of a range: see [`RawScan`].
+    pub fn raw_scan(&self, scan: RawScan) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.read(scan)
+    }
+
+    /// Writes one raw pair.
+    pub fn raw_put(&self, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
+        self.write(RawPut {
+            pairs: vec![(key, value)],
+        })
+    }
+
+    /// Writes raw pairs atomically.
+    pub fn raw_batch_put(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        self.write(RawPut { pairs })
+    }
+
+    /// Deletes one raw key.
+    pub fn raw_delete(&self, key: Vec<u8>) -> Result<()> {
+        self.write(RawDelete { keys: vec![key] })
+    }
+
+    /// Deletes raw keys atomically.
+    pub fn raw_batch_delete(&self, keys: Vec<Vec<u8>>) -> Result<()> {
+        self.write(RawDelete { keys })
+    }
+
+    /// Deletes every raw key in `[start, end)`: see [`RawDeleteRange`].
+    pub fn raw_delete_range(&self, start: Vec<u8>, end: Vec<u8>) -> Result<()> {
+        self.write(RawDeleteRange { start, end })
+    }
+
+    /// Sets (or deletes, when `value` is `None`) a raw key only if its
+    /// value is `expected` now. Returns whether it did, and the value found.
+    pub fn raw_compare_and_swap(
+        &self,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        value: Option<Vec<u8>>,
+    ) -> Result<(bool, Option<Vec<u8>>)> {
+        self.write(RawCompareAndSwap {
+            key,
+            expected,
+            value,
+        })
     }
 
     /// Up to `limit` distinct user keys with write records in `[start,

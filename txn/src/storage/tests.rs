@@ -172,3 +172,116 @@ fn check_secondary_locks_stops_at_the_first_decided_key() {
         .unwrap();
     assert_eq!(status, SecondaryLocksStatus::Committed(ts(15)));
 }
+
+#[test]
+fn raw_data_lives_beside_transactional_data_without_touching_it() {
+    let storage = storage();
+    prewrite_puts(&storage, &["k".to_string()], 5);
+    storage.commit(vec![key("k")], ts(5), ts(6)).unwrap();
+    // The raw key spelled like the transactional one's stored forms.
+    let txn_default_key = key("k").append_ts(ts(5)).into_encoded();
+    storage.raw_put(b"k".to_vec(), b"raw".to_vec()).unwrap();
+    storage
+        .raw_put(txn_default_key.clone(), b"raw2".to_vec())
+        .unwrap();
+    assert_eq!(
+        storage.get(key("k"), ts(10)).unwrap(),
+        Some(b"k@5".to_vec())
+    );
+    assert_eq!(
+        storage.raw_get(b"k".to_vec()).unwrap(),
+        Some(b"raw".to_vec())
+    );
+    storage.raw_delete_range(vec![0], vec![0xff]).unwrap();
+    assert_eq!(storage.raw_get(txn_default_key).unwrap(), None);
+    assert_eq!(
+        storage.get(key("k"), ts(10)).unwrap(),
+        Some(b"k@5".to_vec())
+    );
+}
+
+#[test]
+fn raw_batch_operations_scan_and_compare_and_swap() {
+    let storage = storage();
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..5u8).map(|i| (vec![b'a' + i], vec![i])).collect();
+    storage.raw_batch_put(pairs.clone()).unwrap();
+    let got = storage
+        .raw_batch_get(vec![b"e".to_vec(), b"x".to_vec(), b"a".to_vec()])
+        .unwrap();
+    assert_eq!(
+        got,
+        vec![(b"e".to_vec(), vec![4]), (b"a".to_vec(), vec![0])]
+    );
+    let scan = |start: &[u8], end: &[u8], limit, reverse| {
+        storage
+            .raw_scan(RawScan {
+                start: Some(start.to_vec()),
+                end: Some(end.to_vec()),
+                limit,
+                reverse,
+                key_only: false,
+            })
+            .unwrap()
+    };
+    assert_eq!(scan(b"b", b"e", 0, false), pairs[1..4].to_vec());
+    assert_eq!(
+        scan(b"b", b"e", 2, true),
+        vec![pairs[3].clone(), pairs[2].clone()]
+    );
+    storage
+        .raw_batch_delete(vec![b"a".to_vec(), b"b".to_vec()])
+        .unwrap();
+    assert_eq!(scan(b"a", b"z", 1, false), vec![pairs[2].clone()]);
+
+    let cas = |expected: Option<&[u8]>, value: Option<&[u8]>| {
+        storage
+            .raw_compare_and_swap(
+                b"c".to_vec(),
+                expected.map(<[u8]>::to_vec),
+                value.map(<[u8]>::to_vec),
+            )
+            .unwrap()
+    };
+    assert_eq!(cas(Some(b"wrong"), Some(b"new")), (false, Some(vec![2])));
+    assert_eq!(cas(Some(&[2]), Some(b"new")), (true, Some(vec![2])));
+    assert_eq!(cas(Some(b"new"), None), (true, Some(b"new".to_vec())));
+    assert_eq!(cas(None, Some(b"again")), (true, None));
+    assert_eq!(
+        storage.raw_get(b"c".to_vec()).unwrap(),
+        Some(b"again".to_vec())
+    );
+    let err = storage.raw_put(Vec::new(), b"v".to_vec()).unwrap_err();
+    assert!(matches!(err, Error::InvalidRequest { .. }), "{err}");
+}
+
+#[test]
+fn concurrent_compare_and_swap_increments_lose_no_update() {
+    let storage = std::sync::Arc::new(storage());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let storage = storage.clone();
+            std::thread::spawn(move || {
+                let mut done = 0;
+                while done < 50 {
+                    let current = storage.raw_get(b"n".to_vec()).unwrap();
+                    let n = current
+                        .as_deref()
+                        .map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap()));
+                    let (swapped, _) = storage
+                        .raw_compare_and_swap(
+                            b"n".to_vec(),
+                            current,
+                            Some((n + 1).to_be_bytes().to_vec()),
+                        )
+                        .unwrap();
+                    done += usize::from(swapped);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let n = storage.raw_get(b"n".to_vec()).unwrap().unwrap();
+    assert_eq!(u64::from_be_bytes(n.try_into().unwrap()), 200);
+}
