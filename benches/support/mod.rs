@@ -12,11 +12,31 @@ where
     A: FnMut(),
     B: FnMut(),
 {
+    print_ratio_prepared(
+        name,
+        ops,
+        rounds,
+        (|| (), |()| ours()),
+        (|| (), |()| baseline()),
+    )
+}
+
+/// [`print_ratio`] for operations that need input prepared outside the
+/// timed part: each side is `(prepare, run)`, and only `run(prepare())` is
+/// timed.
+#[allow(dead_code)] // Not every bench prepares its input.
+pub fn print_ratio_prepared<P, Q>(
+    name: &str,
+    ops: u64,
+    rounds: usize,
+    mut ours: (impl FnMut() -> P, impl FnMut(P)),
+    mut baseline: (impl FnMut() -> Q, impl FnMut(Q)),
+) -> f64 {
     let mut ours_times = Vec::with_capacity(rounds);
     let mut base_times = Vec::with_capacity(rounds);
     // One warm-up round each.
-    ours();
-    baseline();
+    ours.1(ours.0());
+    baseline.1(baseline.0());
     for _ in 0..rounds {
         ours_times.push(time(&mut ours));
         base_times.push(time(&mut baseline));
@@ -31,9 +51,10 @@ where
     ratio
 }
 
-fn time(f: &mut impl FnMut()) -> Duration {
+fn time<P>((prepare, run): &mut (impl FnMut() -> P, impl FnMut(P))) -> Duration {
+    let input = prepare();
     let start = Instant::now();
-    f();
+    run(input);
     black_box(start.elapsed())
 }
 

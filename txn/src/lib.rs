@@ -8,17 +8,21 @@
 //!   `MvccTxn`; none writes. Their behaviour is TiKV's, scenario by scenario
 //!   (`tests/txn_behaviour.rs`), and a randomized model test drives them
 //!   against a reference model (`tests/txn_model.rs`).
-//! * **commands**: a request of one region (a batch of keys for one action)
-//!   with its argument checks, run by a **scheduler** that latches the keys,
-//!   takes a snapshot, runs the action and writes its buffer atomically.
+//! * **commands** ([`commands`]): a request of one region (a batch of keys
+//!   for one action) with its argument checks, run by the [`scheduler`]:
+//!   it latches the keys, takes a snapshot, runs the action and writes the
+//!   buffer atomically (grouping concurrent synced writes into one).
 //!   Latches serialize commands, not transactions: isolation between
 //!   transactions comes from the protocol's checks in the actions.
+//! * **concurrency manager** ([`concurrency_manager`]): the region's
+//!   `max_ts` and in-memory lock table, which let async commit and 1PC
+//!   compute a commit_ts no reader can miss.
+//! * **storage** ([`storage::Storage`]): the command API of one region,
+//!   blocking or not, over RocksDB by default; also raw (non-transactional)
+//!   key-value commands in a column family of their own.
 //! * **client**: the coordinator (timestamps, parallel prewrite, 2PC /
-//!   async commit / 1PC, lock resolution).
-//!
-//! The actions, latches ([`scheduler::latches`]) and the
-//! [`concurrency_manager`] exist; commands, the scheduler itself, `Storage`
-//! and the client are being built (see the project's open issues).
+//!   async commit / 1PC, lock resolution) is being built (see the
+//!   project's open issues).
 
 pub mod actions;
 pub mod commands;

@@ -1,0 +1,214 @@
+//! Commands through `Storage` (scheduler, latches, one engine write per
+//! command) on RocksDB.
+//!
+//! * Worker scaling: one client thread keeps a window of 1-key prewrite
+//!   commands on disjoint keys in flight (the non-blocking API), against a
+//!   Storage with 1 worker and one with 2. Target: 2 workers >= 1.7x the
+//!   commands per second of 1.
+//! * Commit protocols for a 4-key transaction in one region, each measured
+//!   until the client knows the transaction committed: 2PC (prewrite, then
+//!   commit of the primary; the secondaries' commit is sent without waiting),
+//!   async commit (prewrite; all commits sent without waiting) and 1PC
+//!   (prewrite alone). Printed as throughput ratios against 2PC.
+
+#![allow(missing_docs)] // criterion_group! generates undocumented items.
+
+mod support;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
+use percolate::engine::RocksEngine;
+use percolate::mvcc::{Key, TimeStamp};
+use percolate::txn::actions::prewrite::Mutation;
+use percolate::txn::commands::{Commit, Prewrite};
+use percolate::txn::scheduler::{Pending, SchedulerConfig};
+use percolate::txn::storage::{Storage, StorageConfig};
+
+const VALUE_LEN: usize = 64;
+/// Commands one client keeps in flight.
+const WINDOW: usize = 128;
+
+/// A Storage on a temporary RocksDB, with a timestamp counter standing in
+/// for the oracle.
+struct Region {
+    storage: Storage<RocksEngine>,
+    clock: AtomicU64,
+}
+
+impl Region {
+    fn new(workers: usize) -> Self {
+        let config = StorageConfig {
+            scheduler: SchedulerConfig {
+                worker_threads: workers,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Region {
+            storage: Storage::new(RocksEngine::open_temporary().unwrap(), config),
+            clock: AtomicU64::new(1),
+        }
+    }
+
+    fn ts(&self) -> TimeStamp {
+        TimeStamp::new(self.clock.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn keys(&self, n: usize) -> (TimeStamp, Vec<Key>) {
+        let start_ts = self.ts();
+        let keys = (0..n)
+            .map(|i| Key::from_raw(format!("t{:012}-{i}", start_ts.into_inner()).as_bytes()))
+            .collect();
+        (start_ts, keys)
+    }
+
+    fn prewrite(&self, start_ts: TimeStamp, keys: &[Key]) -> Prewrite {
+        let mutations = keys
+            .iter()
+            .map(|k| Mutation::put(k.clone(), vec![b'v'; VALUE_LEN]))
+            .collect();
+        let primary = keys[0].to_raw().unwrap();
+        Prewrite::new(mutations, primary, start_ts)
+    }
+
+    /// `n` one-key prewrites of new keys (built here, outside the timing).
+    fn prewrites(&self, n: usize) -> Vec<Prewrite> {
+        (0..n)
+            .map(|_| {
+                let (start_ts, keys) = self.keys(1);
+                self.prewrite(start_ts, &keys)
+            })
+            .collect()
+    }
+
+    /// Sends `commands` with `WINDOW` of them in flight.
+    fn pipelined(&self, commands: Vec<Prewrite>) {
+        let mut in_flight = VecDeque::with_capacity(WINDOW);
+        for command in commands {
+            if in_flight.len() == WINDOW {
+                wait(in_flight.pop_front());
+            }
+            in_flight.push_back(self.storage.sched_write(command));
+        }
+        in_flight.into_iter().for_each(|p| wait(Some(p)));
+    }
+
+    fn two_pc(&self, background: &mut Vec<Pending<Vec<percolate::txn::actions::ReleasedLock>>>) {
+        let (start_ts, keys) = self.keys(4);
+        self.storage
+            .prewrite(self.prewrite(start_ts, &keys))
+            .unwrap();
+        let commit_ts = self.ts();
+        self.storage
+            .commit(keys[..1].to_vec(), start_ts, commit_ts)
+            .unwrap();
+        background.push(self.storage.sched_write(Commit {
+            keys: keys[1..].to_vec(),
+            start_ts,
+            commit_ts,
+        }));
+    }
+
+    fn async_commit(
+        &self,
+        background: &mut Vec<Pending<Vec<percolate::txn::actions::ReleasedLock>>>,
+    ) {
+        let (start_ts, keys) = self.keys(4);
+        let secondaries = keys[1..].iter().map(|k| k.to_raw().unwrap()).collect();
+        let prewrite = self
+            .prewrite(start_ts, &keys)
+            .async_commit(secondaries, TimeStamp::zero());
+        let commit_ts = self.storage.prewrite(prewrite).unwrap().min_commit_ts;
+        assert!(!commit_ts.is_zero());
+        background.push(self.storage.sched_write(Commit {
+            keys,
+            start_ts,
+            commit_ts,
+        }));
+    }
+
+    fn one_pc(&self) {
+        let (start_ts, keys) = self.keys(4);
+        let prewrite = self.prewrite(start_ts, &keys).one_pc(TimeStamp::zero());
+        let result = self.storage.prewrite(prewrite).unwrap();
+        assert!(!result.one_pc_commit_ts.is_zero());
+    }
+
+    /// `n` transactions of one protocol, then waits for their background
+    /// commits.
+    fn transactions(&self, kind: Protocol, n: usize) {
+        let mut background = Vec::new();
+        for _ in 0..n {
+            match kind {
+                Protocol::TwoPc => self.two_pc(&mut background),
+                Protocol::Async => self.async_commit(&mut background),
+                Protocol::OnePc => self.one_pc(),
+            }
+        }
+        background.into_iter().for_each(|p| wait(Some(p)));
+    }
+}
+
+fn wait<T>(pending: Option<Pending<T>>) {
+    if let Some(p) = pending {
+        p.wait().unwrap();
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Protocol {
+    TwoPc,
+    Async,
+    OnePc,
+}
+
+fn bench_workers(c: &mut Criterion) {
+    const COMMANDS: usize = 4096;
+    let one = Region::new(1);
+    let two = Region::new(2);
+    support::print_ratio_prepared(
+        "Storage prewrite commands/s, 2 workers / 1 worker, disjoint keys (target >= 1.7)",
+        COMMANDS as u64,
+        9,
+        (|| two.prewrites(COMMANDS), |cmds| two.pipelined(cmds)),
+        (|| one.prewrites(COMMANDS), |cmds| one.pipelined(cmds)),
+    );
+    let mut group = c.benchmark_group("storage_pipelined_prewrite");
+    group.sample_size(10);
+    for (workers, region) in [(1, &one), (2, &two)] {
+        group.bench_with_input(BenchmarkId::new("workers", workers), &workers, |b, _| {
+            b.iter_batched(
+                || region.prewrites(WINDOW),
+                |cmds| region.pipelined(cmds),
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    group.finish();
+}
+
+fn bench_protocols(c: &mut Criterion) {
+    const TXNS: usize = 256;
+    let region = Region::new(2);
+    for (name, kind) in [("1PC", Protocol::OnePc), ("async commit", Protocol::Async)] {
+        support::print_ratio(
+            &format!("4-key transactions/s, {name} / 2PC (one region)"),
+            TXNS as u64,
+            9,
+            || region.transactions(kind, TXNS),
+            || region.transactions(Protocol::TwoPc, TXNS),
+        );
+    }
+    let mut group = c.benchmark_group("storage_4_key_txn");
+    for kind in [Protocol::TwoPc, Protocol::Async, Protocol::OnePc] {
+        group.bench_function(format!("{kind:?}"), |b| {
+            b.iter(|| region.transactions(kind, 1))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_workers, bench_protocols);
+criterion_main!(benches);
