@@ -28,6 +28,7 @@ pub mod actions;
 pub mod commands;
 pub mod concurrency_manager;
 mod errors;
+pub mod oracle;
 pub mod read;
 pub mod scheduler;
 pub mod storage;

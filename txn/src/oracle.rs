@@ -1,0 +1,793 @@
+//! The timestamp oracle: Percolator's TSO, TiKV's PD timestamps, in process.
+//!
+//! Every transaction takes its `start_ts` (and, in 2PC, its `commit_ts`)
+//! from a [`TimestampOracle`]. Snapshot isolation rests on one property: a
+//! timestamp is greater than every timestamp handed out before it, across
+//! threads and across restarts. Timestamps are `physical_ms << 18 |
+//! logical` ([`TimeStamp::compose`]).
+//!
+//! # [`LocalOracle`]
+//!
+//! * **Fast path.** One `AtomicU64` holds the last timestamp handed out;
+//!   `get_ts` is a `fetch_add(1)` followed by a load of the durable limit.
+//!   No lock, no clock read, no system call.
+//! * **Following the clock.** A background ticker thread wakes every
+//!   millisecond and raises the counter to `now_ms << 18` (`fetch_max`), so
+//!   the physical part tracks the wall clock; lock TTLs are judged on it. A
+//!   clock that goes backwards changes nothing: the counter keeps going
+//!   from the last timestamp. When more than 2^18 timestamps are taken in
+//!   one millisecond the logical part carries into the physical part, which
+//!   then runs ahead of the clock until the clock catches up.
+//! * **Durable high-water mark.** The file `<dir>/TIMESTAMP` holds a
+//!   physical limit, [`PERSIST_WINDOW_MS`] ahead of the clock. No timestamp
+//!   at or above `limit << 18` is handed out until a larger limit is on
+//!   disk. On open, the counter starts above both `limit << 18` and
+//!   `now << 18`, so timestamps never repeat after a crash, even if the
+//!   wall clock was set back meanwhile. The ticker extends the limit before
+//!   it is reached (once the clock comes within half a window of it), so
+//!   `get_ts` normally never waits for an fsync; a caller that does reach
+//!   the limit (a burst that carries the logical part far ahead) extends it
+//!   itself, under a mutex.
+//!
+//! Only one `LocalOracle` may use a directory at a time; two of them would
+//! hand out the same timestamps.
+//!
+//! # File format
+//!
+//! `TIMESTAMP` is 20 bytes, replaced atomically (write `TIMESTAMP.tmp`,
+//! fsync it, rename it over `TIMESTAMP`, fsync the directory):
+//!
+//! | offset | size | field                                        |
+//! |-------:|-----:|----------------------------------------------|
+//! | 0      | 4    | magic `b"PTSO"`                              |
+//! | 4      | 4    | format version, big-endian u32 (1)           |
+//! | 8      | 8    | limit: physical ms, big-endian u64           |
+//! | 16     | 4    | crc32 (IEEE) of bytes 0..16, big-endian u32  |
+//!
+//! A file of another length, with another magic or version, or with a bad
+//! checksum makes [`LocalOracle::open`] fail with
+//! [`Error::OracleCorrupted`] and leaves the file untouched: an oracle that
+//! does not know where it stopped must not start.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{RecvTimeoutError, Sender};
+use parking_lot::{Mutex, MutexGuard};
+use percolate_mvcc::{TSO_PHYSICAL_SHIFT_BITS, TimeStamp};
+
+use crate::{Error, Result};
+
+/// Hands out timestamps.
+pub trait TimestampOracle: Send + Sync + 'static {
+    /// A timestamp greater than every timestamp handed out before (by this
+    /// oracle, across restarts).
+    fn get_ts(&self) -> Result<TimeStamp>;
+
+    /// `count` (>= 1) consecutive timestamps; returns the first; the batch
+    /// is `[first, first + count)`. A `count` of zero is
+    /// [`Error::InvalidRequest`].
+    fn get_ts_batch(&self, count: u32) -> Result<TimeStamp>;
+}
+
+/// Wall-clock milliseconds since the Unix epoch; injectable.
+pub trait Clock: Send + Sync + 'static {
+    /// Milliseconds since the Unix epoch now.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system's wall clock ([`SystemTime::now`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    /// Milliseconds since the Unix epoch; 0 for a clock set before 1970.
+    fn now_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+}
+
+/// A clock that moves only when told to, forwards or backwards: for tests.
+///
+/// Share it as an `Arc<ManualClock>` and keep a handle to move it while an
+/// oracle or a region reads it.
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    ms: AtomicU64,
+}
+
+impl ManualClock {
+    /// A clock that reads `ms`.
+    pub fn new(ms: u64) -> Self {
+        ManualClock {
+            ms: AtomicU64::new(ms),
+        }
+    }
+
+    /// Sets the time to `ms`, which may be earlier than now.
+    pub fn set(&self, ms: u64) {
+        self.ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Moves the time forward by `ms`.
+    pub fn advance(&self, ms: u64) {
+        self.ms.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.ms.load(Ordering::SeqCst)
+    }
+}
+
+/// How far ahead of the clock the durable limit is set, in milliseconds.
+///
+/// Defaults to 3000, as PD's `tso-save-interval`: one fsync every 1.5 s of
+/// wall time, and after a crash the physical part restarts at most 3 s
+/// ahead of the clock.
+pub const PERSIST_WINDOW_MS: u64 = 3000;
+
+/// How often the ticker moves the counter up to the clock.
+const TICK: Duration = Duration::from_millis(1);
+
+/// The largest physical part a timestamp can carry (46 bits).
+const MAX_PHYSICAL: u64 = (1 << (64 - TSO_PHYSICAL_SHIFT_BITS)) - 1;
+
+/// The largest limit accepted from disk: one window below the top, so a
+/// limit can always be extended once more.
+const MAX_LIMIT: u64 = MAX_PHYSICAL - PERSIST_WINDOW_MS;
+
+/// The name of the state file inside the oracle's directory.
+const FILE_NAME: &str = "TIMESTAMP";
+/// The name of the file written before it is renamed over [`FILE_NAME`].
+const TMP_FILE_NAME: &str = "TIMESTAMP.tmp";
+
+const MAGIC: [u8; 4] = *b"PTSO";
+const VERSION: u32 = 1;
+const MAGIC_OFFSET: usize = 0;
+const VERSION_OFFSET: usize = MAGIC_OFFSET + MAGIC.len();
+const LIMIT_OFFSET: usize = VERSION_OFFSET + size_of::<u32>();
+const CRC_OFFSET: usize = LIMIT_OFFSET + size_of::<u64>();
+const FILE_LEN: usize = CRC_OFFSET + size_of::<u32>();
+
+/// The counter value of `physical` ms with logical part 0, the physical
+/// part capped at 46 bits so the shift never drops bits.
+fn ts_of_physical(physical: u64) -> u64 {
+    physical.min(MAX_PHYSICAL) << TSO_PHYSICAL_SHIFT_BITS
+}
+
+/// Encodes the state file (see the module doc's table).
+fn encode_state(limit: u64) -> [u8; FILE_LEN] {
+    let mut buf = [0u8; FILE_LEN];
+    buf[MAGIC_OFFSET..VERSION_OFFSET].copy_from_slice(&MAGIC);
+    buf[VERSION_OFFSET..LIMIT_OFFSET].copy_from_slice(&VERSION.to_be_bytes());
+    buf[LIMIT_OFFSET..CRC_OFFSET].copy_from_slice(&limit.to_be_bytes());
+    let crc = crc32fast::hash(&buf[..CRC_OFFSET]);
+    buf[CRC_OFFSET..].copy_from_slice(&crc.to_be_bytes());
+    buf
+}
+
+/// Decodes the state file; the error is the reason it is rejected.
+fn decode_state(buf: &[u8]) -> std::result::Result<u64, String> {
+    if buf.len() != FILE_LEN {
+        return Err(format!("length {} (expected {FILE_LEN})", buf.len()));
+    }
+    let field = |range: std::ops::Range<usize>| &buf[range];
+    if field(MAGIC_OFFSET..VERSION_OFFSET) != MAGIC {
+        return Err(format!(
+            "bad magic {:02x?}",
+            field(MAGIC_OFFSET..VERSION_OFFSET)
+        ));
+    }
+    let crc = u32::from_be_bytes(field(CRC_OFFSET..FILE_LEN).try_into().unwrap_or_default());
+    let actual = crc32fast::hash(field(0..CRC_OFFSET));
+    if crc != actual {
+        return Err(format!(
+            "crc mismatch: stored {crc:08x}, computed {actual:08x}"
+        ));
+    }
+    let version = u32::from_be_bytes(
+        field(VERSION_OFFSET..LIMIT_OFFSET)
+            .try_into()
+            .unwrap_or_default(),
+    );
+    if version != VERSION {
+        return Err(format!("unknown version {version}"));
+    }
+    let limit = u64::from_be_bytes(
+        field(LIMIT_OFFSET..CRC_OFFSET)
+            .try_into()
+            .unwrap_or_default(),
+    );
+    if limit > MAX_LIMIT {
+        return Err(format!(
+            "limit {limit} ms is beyond the 46-bit physical range"
+        ));
+    }
+    Ok(limit)
+}
+
+/// The state file and how to replace it atomically.
+#[derive(Debug)]
+struct StateFile {
+    dir: PathBuf,
+    path: PathBuf,
+    tmp_path: PathBuf,
+}
+
+impl StateFile {
+    fn new(dir: &Path) -> Self {
+        StateFile {
+            dir: dir.to_path_buf(),
+            path: dir.join(FILE_NAME),
+            tmp_path: dir.join(TMP_FILE_NAME),
+        }
+    }
+
+    fn io_error(path: &Path) -> impl FnOnce(io::Error) -> Error + '_ {
+        move |source| Error::OracleIo {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// The stored limit; `None` when there is no file yet.
+    fn load(&self) -> Result<Option<u64>> {
+        let buf = match fs::read(&self.path) {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Self::io_error(&self.path)(e)),
+        };
+        decode_state(&buf)
+            .map(Some)
+            .map_err(|reason| Error::OracleCorrupted {
+                path: self.path.clone(),
+                reason,
+            })
+    }
+
+    /// Durably replaces the stored limit with `limit`.
+    fn store(&self, limit: u64) -> Result<()> {
+        let mut tmp = File::create(&self.tmp_path).map_err(Self::io_error(&self.tmp_path))?;
+        tmp.write_all(&encode_state(limit))
+            .and_then(|()| tmp.sync_all())
+            .map_err(Self::io_error(&self.tmp_path))?;
+        drop(tmp);
+        fs::rename(&self.tmp_path, &self.path).map_err(Self::io_error(&self.path))?;
+        File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(Self::io_error(&self.dir))
+    }
+}
+
+/// The state shared by a [`LocalOracle`] and its ticker thread.
+///
+/// Invariant: every timestamp handed out is below `limit`, and `limit` is
+/// only ever raised, and only after the physical limit it encodes is
+/// durable in `file`. So no timestamp handed out is at or above the limit
+/// on disk, and an oracle reopened above that limit never repeats one.
+struct Shared {
+    /// The last timestamp taken from the counter (handed out, or skipped
+    /// by the ticker). Only ever increases.
+    last: AtomicU64,
+    /// The durable limit as a timestamp (`limit_ms << 18`).
+    limit: AtomicU64,
+    /// Serializes writers of the state file and of `limit`.
+    file: Mutex<StateFile>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Shared {
+    /// Takes `count` timestamps and returns the first.
+    #[inline]
+    fn allocate(&self, count: u64) -> Result<TimeStamp> {
+        let prev = self.last.fetch_add(count, Ordering::Relaxed);
+        let last = prev + count;
+        // The limit only grows, and every value it holds is durable: a
+        // timestamp below the value loaded here (after it was taken) is
+        // below the limit on disk.
+        if last >= self.limit.load(Ordering::Acquire) {
+            self.extend_limit(last)?;
+        }
+        Ok(TimeStamp::new(prev + 1))
+    }
+
+    /// Makes the durable limit exceed `last` (slow path).
+    #[cold]
+    fn extend_limit(&self, last: u64) -> Result<()> {
+        let file = self.file.lock();
+        if last < self.limit.load(Ordering::Acquire) {
+            return Ok(()); // Another thread extended it meanwhile.
+        }
+        let physical = TimeStamp::new(last).physical().max(self.clock.now_ms());
+        self.persist(&file, physical.saturating_add(PERSIST_WINDOW_MS))?;
+        if last >= self.limit.load(Ordering::Acquire) {
+            // Only when the physical part nears 2^46 ms (the year 4199).
+            return Err(Error::OracleIo {
+                path: file.path.clone(),
+                source: io::Error::other("the 46-bit physical part of timestamps is exhausted"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes `limit_ms` (capped at 46 bits) to disk, then publishes it.
+    fn persist(&self, file: &MutexGuard<'_, StateFile>, limit_ms: u64) -> Result<()> {
+        let limit_ms = limit_ms.min(MAX_PHYSICAL);
+        file.store(limit_ms)?;
+        self.limit
+            .fetch_max(ts_of_physical(limit_ms), Ordering::Release);
+        Ok(())
+    }
+
+    /// One ticker step: moves the counter up to the clock and extends the
+    /// limit once the clock is within half a window of it.
+    fn tick(&self) {
+        let now = self.clock.now_ms().min(MAX_LIMIT);
+        self.last.fetch_max(ts_of_physical(now), Ordering::Relaxed);
+        let limit_ms = self.limit.load(Ordering::Acquire) >> TSO_PHYSICAL_SHIFT_BITS;
+        if now.saturating_add(PERSIST_WINDOW_MS / 2) >= limit_ms {
+            let file = self.file.lock();
+            let current = self.limit.load(Ordering::Acquire) >> TSO_PHYSICAL_SHIFT_BITS;
+            if now.saturating_add(PERSIST_WINDOW_MS / 2) >= current {
+                let last = TimeStamp::new(self.last.load(Ordering::Relaxed)).physical();
+                // A failure is left for the caller that reaches the limit
+                // to retry and report.
+                let _ = self.persist(&file, now.max(last).saturating_add(PERSIST_WINDOW_MS));
+            }
+        }
+    }
+}
+
+/// The background thread that keeps a [`LocalOracle`] on the clock; stopped
+/// and joined on drop.
+struct Ticker {
+    stop: Option<Sender<()>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    /// Starts the thread; failing to start it is an I/O error on `dir`.
+    fn spawn(shared: Arc<Shared>, dir: &Path) -> Result<Self> {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let handle = std::thread::Builder::new()
+            .name("tso-ticker".into())
+            .spawn(move || {
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(TICK) {
+                    shared.tick();
+                }
+            })
+            .map_err(StateFile::io_error(dir))?;
+        Ok(Ticker {
+            stop: Some(stop),
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        drop(self.stop.take()); // Disconnects the channel: the thread exits.
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// A timestamp oracle for one process, persisted in a directory: see the
+/// module doc for its design and file format.
+///
+/// Invariant: timestamps are strictly increasing across threads and
+/// restarts, and none is handed out at or above the limit on disk.
+pub struct LocalOracle {
+    dir: PathBuf,
+    shared: Arc<Shared>,
+    _ticker: Ticker,
+}
+
+impl LocalOracle {
+    /// Opens (creating) the oracle whose state file lives in `dir` (file
+    /// name `TIMESTAMP`), on the system clock.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with_clock(dir, Arc::new(SystemClock))
+    }
+
+    /// Opens (creating) the oracle whose state file lives in `dir`, on
+    /// `clock`.
+    ///
+    /// The first timestamp is above both the stored limit and the clock.
+    /// A new limit is persisted before this returns, so an unwritable
+    /// directory fails here. A damaged file is [`Error::OracleCorrupted`]
+    /// and is left as it is.
+    pub fn open_with_clock(dir: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self> {
+        let dir = dir.as_ref();
+        fs::create_dir_all(dir).map_err(StateFile::io_error(dir))?;
+        let file = StateFile::new(dir);
+        let stored = file.load()?.unwrap_or(0);
+        let start_ms = stored.max(clock.now_ms()).min(MAX_LIMIT);
+        let shared = Arc::new(Shared {
+            last: AtomicU64::new(ts_of_physical(start_ms)),
+            limit: AtomicU64::new(ts_of_physical(stored)),
+            file: Mutex::new(file),
+            clock,
+        });
+        {
+            let file = shared.file.lock();
+            shared.persist(&file, start_ms + PERSIST_WINDOW_MS)?;
+        }
+        let ticker = Ticker::spawn(Arc::clone(&shared), dir)?;
+        Ok(LocalOracle {
+            dir: dir.to_path_buf(),
+            shared,
+            _ticker: ticker,
+        })
+    }
+}
+
+impl TimestampOracle for LocalOracle {
+    #[inline]
+    fn get_ts(&self) -> Result<TimeStamp> {
+        self.shared.allocate(1)
+    }
+
+    fn get_ts_batch(&self, count: u32) -> Result<TimeStamp> {
+        check_batch(count)?;
+        self.shared.allocate(u64::from(count))
+    }
+}
+
+impl fmt::Debug for LocalOracle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalOracle")
+            .field("dir", &self.dir)
+            .field(
+                "last",
+                &TimeStamp::new(self.shared.last.load(Ordering::Relaxed)),
+            )
+            .field(
+                "limit",
+                &TimeStamp::new(self.shared.limit.load(Ordering::Relaxed)),
+            )
+            .finish()
+    }
+}
+
+/// Rejects an empty batch.
+fn check_batch(count: u32) -> Result<()> {
+    if count == 0 {
+        return Err(Error::InvalidRequest {
+            reason: "get_ts_batch needs a count of at least 1",
+            key: None,
+        });
+    }
+    Ok(())
+}
+
+/// A simple counter oracle for tests (no persistence): the first timestamp
+/// is `start`, and each timestamp is one more than the one before.
+#[derive(Debug)]
+pub struct CounterOracle {
+    next: AtomicU64,
+}
+
+impl CounterOracle {
+    /// An oracle whose first timestamp is `start`.
+    pub fn new(start: u64) -> Self {
+        CounterOracle {
+            next: AtomicU64::new(start),
+        }
+    }
+}
+
+impl TimestampOracle for CounterOracle {
+    fn get_ts(&self) -> Result<TimeStamp> {
+        Ok(TimeStamp::new(self.next.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    fn get_ts_batch(&self, count: u32) -> Result<TimeStamp> {
+        check_batch(count)?;
+        let first = self.next.fetch_add(u64::from(count), Ordering::Relaxed);
+        Ok(TimeStamp::new(first))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// 2024-01-01T00:00:00Z.
+    const T0: u64 = 1_704_067_200_000;
+
+    fn manual(ms: u64) -> (Arc<ManualClock>, Arc<dyn Clock>) {
+        let clock = Arc::new(ManualClock::new(ms));
+        (Arc::clone(&clock), clock)
+    }
+
+    fn stored_limit(dir: &Path) -> u64 {
+        decode_state(&fs::read(dir.join(FILE_NAME)).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn strictly_increasing_under_four_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let oracle = Arc::new(LocalOracle::open(dir.path()).unwrap());
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let oracle = Arc::clone(&oracle);
+                std::thread::spawn(move || {
+                    (0..100_000)
+                        .map(|_| oracle.get_ts().unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for handle in handles {
+            let seen = handle.join().unwrap();
+            assert!(seen.windows(2).all(|w| w[0] < w[1]), "per-thread decrease");
+            all.extend(seen);
+        }
+        let total = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), total, "duplicate timestamps");
+        // Happens-before across threads: a ts taken after the joins is
+        // above all of them.
+        assert!(oracle.get_ts().unwrap() > *all.last().unwrap());
+    }
+
+    #[test]
+    fn batches_do_not_overlap_singles() {
+        let dir = tempfile::tempdir().unwrap();
+        let oracle = Arc::new(LocalOracle::open(dir.path()).unwrap());
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let oracle = Arc::clone(&oracle);
+                std::thread::spawn(move || {
+                    let mut ranges = Vec::new();
+                    for i in 0..20_000u64 {
+                        let count = if (i + t) % 3 == 0 {
+                            1 + (i % 100) as u32
+                        } else {
+                            1
+                        };
+                        let first = if count == 1 && i % 2 == 0 {
+                            oracle.get_ts().unwrap()
+                        } else {
+                            oracle.get_ts_batch(count).unwrap()
+                        };
+                        ranges.push((first.into_inner(), first.into_inner() + u64::from(count)));
+                    }
+                    ranges
+                })
+            })
+            .collect();
+        let mut ranges: Vec<(u64, u64)> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        ranges.sort();
+        for pair in ranges.windows(2) {
+            assert!(pair[0].1 <= pair[1].0, "overlap: {pair:?}");
+        }
+    }
+
+    #[test]
+    fn restart_never_repeats_even_with_clock_set_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, dyn_clock) = manual(T0);
+        let oracle = LocalOracle::open_with_clock(dir.path(), Arc::clone(&dyn_clock)).unwrap();
+        let mut last = TimeStamp::zero();
+        for _ in 0..1000 {
+            last = oracle.get_ts().unwrap();
+        }
+        // A burst that carries the logical part well past the first limit.
+        last = last.max(oracle.get_ts_batch(u32::MAX).unwrap());
+        last = last.max(oracle.get_ts().unwrap());
+        drop(oracle);
+
+        clock.set(T0 - 3_600_000);
+        let reopened = LocalOracle::open_with_clock(dir.path(), Arc::clone(&dyn_clock)).unwrap();
+        let first = reopened.get_ts().unwrap();
+        assert!(first > last, "{first:?} <= {last:?} after restart");
+        drop(reopened);
+
+        // And again without anything handed out in between.
+        let again = LocalOracle::open_with_clock(dir.path(), dyn_clock).unwrap();
+        assert!(again.get_ts().unwrap() > first);
+    }
+
+    #[test]
+    fn first_ts_is_above_the_clock_and_the_stored_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_clock, dyn_clock) = manual(T0);
+        let oracle = LocalOracle::open_with_clock(dir.path(), Arc::clone(&dyn_clock)).unwrap();
+        let ts = oracle.get_ts().unwrap();
+        assert!(ts > TimeStamp::compose(T0, 0));
+        assert_eq!(ts.physical(), T0);
+        drop(oracle);
+        let limit = stored_limit(dir.path());
+        let reopened = LocalOracle::open_with_clock(dir.path(), dyn_clock).unwrap();
+        assert!(reopened.get_ts().unwrap() > TimeStamp::compose(limit, 0));
+    }
+
+    #[test]
+    fn physical_part_follows_the_clock_forward_not_backward() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, dyn_clock) = manual(T0);
+        let oracle = LocalOracle::open_with_clock(dir.path(), dyn_clock).unwrap();
+        assert_eq!(oracle.get_ts().unwrap().physical(), T0);
+
+        let target = T0 + 10_000;
+        clock.set(target);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut ts = oracle.get_ts().unwrap();
+        while ts.physical() < target {
+            assert!(Instant::now() < deadline, "ticker never caught up: {ts:?}");
+            std::thread::sleep(Duration::from_millis(1));
+            ts = oracle.get_ts().unwrap();
+        }
+        assert_eq!(ts.physical(), target, "ran ahead of the clock");
+
+        clock.set(T0);
+        std::thread::sleep(Duration::from_millis(20));
+        let after = oracle.get_ts().unwrap();
+        assert!(after > ts);
+        assert_eq!(after.physical(), target, "kept going from the last ts");
+    }
+
+    #[test]
+    fn logical_overflow_carries_into_physical() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_clock, dyn_clock) = manual(T0);
+        let oracle = LocalOracle::open_with_clock(dir.path(), dyn_clock).unwrap();
+        let first = oracle.get_ts_batch(1 << 18).unwrap();
+        let next = oracle.get_ts().unwrap();
+        assert_eq!(next.into_inner(), first.into_inner() + (1 << 18));
+        assert_eq!(next.physical(), T0 + 1);
+    }
+
+    #[test]
+    fn limit_is_persisted_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_clock, dyn_clock) = manual(T0);
+        let oracle = LocalOracle::open_with_clock(dir.path(), dyn_clock).unwrap();
+        let ts = oracle.get_ts().unwrap();
+        assert!(stored_limit(dir.path()) > ts.physical());
+        assert!(stored_limit(dir.path()) >= T0 + PERSIST_WINDOW_MS);
+        // Bursts of 2^32 timestamps (about 16 s of logical time each) cross
+        // the limit every time: each must be covered on disk first.
+        for _ in 0..5 {
+            let first = oracle.get_ts_batch(u32::MAX).unwrap();
+            let last = TimeStamp::new(first.into_inner() + u64::from(u32::MAX) - 1);
+            assert!(stored_limit(dir.path()) > last.physical());
+            let ts = oracle.get_ts().unwrap();
+            assert!(ts > last);
+            assert!(stored_limit(dir.path()) > ts.physical());
+        }
+    }
+
+    #[test]
+    fn ticker_extends_the_limit_before_it_is_reached() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, dyn_clock) = manual(T0);
+        let oracle = LocalOracle::open_with_clock(dir.path(), dyn_clock).unwrap();
+        clock.set(T0 + PERSIST_WINDOW_MS - 100);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while stored_limit(dir.path()) < T0 + 2 * PERSIST_WINDOW_MS - 100 {
+            assert!(Instant::now() < deadline, "ticker never extended the limit");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(oracle.get_ts().unwrap().physical() < stored_limit(dir.path()));
+    }
+
+    fn assert_corrupted(dir: &Path, bytes: &[u8], expect: &str) {
+        let path = dir.join(FILE_NAME);
+        fs::write(&path, bytes).unwrap();
+        match LocalOracle::open(dir) {
+            Err(Error::OracleCorrupted { path: p, reason }) => {
+                assert_eq!(p, path);
+                assert!(reason.contains(expect), "{reason:?} lacks {expect:?}");
+            }
+            other => panic!("expected OracleCorrupted, got {other:?}"),
+        }
+        assert_eq!(fs::read(&path).unwrap(), bytes, "file was modified");
+    }
+
+    #[test]
+    fn corrupted_file_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(LocalOracle::open(dir.path()).unwrap());
+        let good = fs::read(dir.path().join(FILE_NAME)).unwrap();
+        assert_eq!(good.len(), FILE_LEN);
+
+        for at in 0..FILE_LEN {
+            let mut flipped = good.clone();
+            flipped[at] ^= 0x10;
+            let expect = if at < VERSION_OFFSET { "magic" } else { "crc" };
+            assert_corrupted(dir.path(), &flipped, expect);
+        }
+        assert_corrupted(dir.path(), &good[..FILE_LEN - 1], "length");
+        assert_corrupted(dir.path(), &[], "length");
+        let mut longer = good.clone();
+        longer.push(0);
+        assert_corrupted(dir.path(), &longer, "length");
+
+        // Wrong magic or version with a valid checksum.
+        let mut wrong_magic = good.clone();
+        wrong_magic[..4].copy_from_slice(b"XTSO");
+        let crc = crc32fast::hash(&wrong_magic[..CRC_OFFSET]);
+        wrong_magic[CRC_OFFSET..].copy_from_slice(&crc.to_be_bytes());
+        assert_corrupted(dir.path(), &wrong_magic, "magic");
+        let mut wrong_version = good.clone();
+        wrong_version[VERSION_OFFSET..LIMIT_OFFSET].copy_from_slice(&2u32.to_be_bytes());
+        let crc = crc32fast::hash(&wrong_version[..CRC_OFFSET]);
+        wrong_version[CRC_OFFSET..].copy_from_slice(&crc.to_be_bytes());
+        assert_corrupted(dir.path(), &wrong_version, "version");
+        assert_corrupted(dir.path(), &encode_state(MAX_LIMIT + 1), "beyond");
+
+        fs::write(dir.path().join(FILE_NAME), &good).unwrap();
+        LocalOracle::open(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn unusable_directory_is_an_io_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("file");
+        fs::write(&not_a_dir, b"x").unwrap();
+        assert!(matches!(
+            LocalOracle::open(&not_a_dir),
+            Err(Error::OracleIo { .. })
+        ));
+    }
+
+    #[test]
+    fn state_file_round_trips() {
+        for limit in [0, 1, T0, MAX_LIMIT] {
+            assert_eq!(decode_state(&encode_state(limit)), Ok(limit));
+        }
+    }
+
+    #[test]
+    fn empty_batch_is_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        let oracle = LocalOracle::open(dir.path()).unwrap();
+        assert!(matches!(
+            oracle.get_ts_batch(0),
+            Err(Error::InvalidRequest { .. })
+        ));
+        assert!(matches!(
+            CounterOracle::new(1).get_ts_batch(0),
+            Err(Error::InvalidRequest { .. })
+        ));
+    }
+
+    #[test]
+    fn counter_oracle_counts() {
+        let oracle = CounterOracle::new(10);
+        assert_eq!(oracle.get_ts().unwrap(), TimeStamp::new(10));
+        assert_eq!(oracle.get_ts_batch(5).unwrap(), TimeStamp::new(11));
+        assert_eq!(oracle.get_ts().unwrap(), TimeStamp::new(16));
+    }
+
+    #[test]
+    fn manual_clock_moves_both_ways() {
+        let clock = ManualClock::new(100);
+        clock.advance(50);
+        assert_eq!(clock.now_ms(), 150);
+        clock.set(20);
+        assert_eq!(clock.now_ms(), 20);
+        assert!(SystemClock.now_ms() > T0);
+    }
+}
