@@ -62,6 +62,42 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A read or prewrite kept meeting a lock of a live transaction until
+    /// its deadline. Retrying later (with a new transaction) may succeed.
+    #[error(
+        "gave up after {waited:?} on the lock of txn {lock_ts} (primary {primary:?}) on key {key:?}"
+    )]
+    ResolveLockTimeout {
+        /// The locked raw key.
+        key: Vec<u8>,
+        /// The lock owner's start_ts.
+        lock_ts: TimeStamp,
+        /// The lock owner's raw primary key.
+        primary: Vec<u8>,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// The timestamp oracle could not read or persist its state file.
+    #[error("timestamp oracle file {path}: {source}")]
+    OracleIo {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The timestamp oracle's state file is damaged. The oracle refuses to
+    /// start rather than risk handing out timestamps it handed out before.
+    #[error("timestamp oracle file {path} is corrupted: {reason}")]
+    OracleCorrupted {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The engine failed to write a command's modifications (shared by every
     /// command of a group commit); nothing of the group was written.
     #[error("engine write failed: {0}")]
@@ -80,7 +116,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Mvcc(e) => e.is_retryable(),
-            Error::SchedTooBusy { .. } | Error::DeadlineExceeded { .. } => true,
+            Error::SchedTooBusy { .. }
+            | Error::DeadlineExceeded { .. }
+            | Error::ResolveLockTimeout { .. } => true,
             _ => false,
         }
     }

@@ -25,6 +25,8 @@
 //!   project's open issues).
 
 pub mod actions;
+pub mod client;
+pub mod cluster;
 pub mod commands;
 pub mod concurrency_manager;
 mod errors;

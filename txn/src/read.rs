@@ -36,7 +36,8 @@ pub struct ReadOptions {
 #[derive(Clone, Debug)]
 pub struct ScanRequest {
     /// Forward: the inclusive lower bound. Reverse: the exclusive upper
-    /// bound (as TiKV's KvScan takes it).
+    /// bound (as TiKV's KvScan takes it), where an empty key means no
+    /// bound.
     pub start_key: Key,
     /// Forward: the exclusive upper bound. Reverse: the inclusive lower
     /// bound. `None`: unbounded.
@@ -131,7 +132,8 @@ pub fn scan<E: Engine>(
     options: &ReadOptions,
 ) -> Result<Vec<Result<KvPair>>> {
     let (lower, upper) = if request.reverse {
-        (request.end_key.clone(), Some(request.start_key.clone()))
+        let upper = Some(request.start_key.clone()).filter(|k| !k.is_empty());
+        (request.end_key.clone(), upper)
     } else {
         (Some(request.start_key.clone()), request.end_key.clone())
     };

@@ -33,7 +33,9 @@ pub struct Prewrite {
 
 impl Prewrite {
     /// A 2PC prewrite of `mutations` for the transaction `start_ts` with
-    /// the raw primary key `primary`, lock TTL 3 s.
+    /// the raw primary key `primary`, lock TTL 3 s, and min_commit_ts
+    /// `start_ts + 1` (as TiKV's client sends it: a lock with a zero
+    /// min_commit_ts can never be pushed by a reader).
     pub fn new(mutations: Vec<Mutation>, primary: impl Into<Vec<u8>>, start_ts: TimeStamp) -> Self {
         let txn_size = mutations.len() as u64;
         Prewrite {
@@ -43,6 +45,7 @@ impl Prewrite {
                 primary: primary.into(),
                 lock_ttl: 3000,
                 txn_size,
+                min_commit_ts: start_ts.next(),
                 ..Default::default()
             },
             secondaries: None,

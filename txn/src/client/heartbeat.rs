@@ -1,0 +1,120 @@
+//! Heart beats: a committing client keeps its primary lock alive.
+//!
+//! A lock's TTL counts from its transaction's start_ts. A transaction whose
+//! commit takes longer than that (a large prewrite, a slow region) would be
+//! rolled back by the first reader to meet one of its locks. So while a
+//! transaction commits, one background thread per client extends its
+//! primary lock's TTL every third of the TTL.
+
+use std::collections::HashMap;
+use std::sync::Weak;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use percolate_engine::Engine;
+use percolate_mvcc::TimeStamp;
+
+use super::{Inner, key};
+
+/// The primary locks to keep alive, by start_ts.
+pub(crate) struct HeartBeats {
+    shared: std::sync::Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    start: Box<dyn Fn(std::sync::Arc<Shared>) -> JoinHandle<()> + Send + Sync>,
+}
+
+struct Shared {
+    primaries: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    primaries: HashMap<TimeStamp, Vec<u8>>,
+    stop: bool,
+}
+
+impl HeartBeats {
+    pub(crate) fn new<E: Engine>(client: Weak<Inner<E>>, lock_ttl_ms: u64) -> Self {
+        let interval = Duration::from_millis((lock_ttl_ms / 3).max(1));
+        HeartBeats {
+            shared: std::sync::Arc::new(Shared {
+                primaries: Mutex::default(),
+                wake: Condvar::new(),
+            }),
+            thread: Mutex::new(None),
+            start: Box::new(move |shared| {
+                let client = client.clone();
+                std::thread::Builder::new()
+                    .name("percolate-heartbeat".into())
+                    .spawn(move || beat(&client, &shared, interval, lock_ttl_ms))
+                    .expect("spawning the heart beat thread")
+            }),
+        }
+    }
+
+    /// Keeps the primary lock of `start_ts` alive until [`stop`](Self::stop).
+    pub(crate) fn keep_alive(&self, start_ts: TimeStamp, primary: Vec<u8>) {
+        self.shared
+            .primaries
+            .lock()
+            .primaries
+            .insert(start_ts, primary);
+        let mut thread = self.thread.lock();
+        if thread.is_none() {
+            *thread = Some((self.start)(self.shared.clone()));
+        }
+    }
+
+    /// Stops keeping `start_ts`'s primary lock alive.
+    pub(crate) fn stop(&self, start_ts: TimeStamp) {
+        self.shared.primaries.lock().primaries.remove(&start_ts);
+    }
+}
+
+impl Drop for HeartBeats {
+    fn drop(&mut self) {
+        self.shared.primaries.lock().stop = true;
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.get_mut().take() {
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+fn beat<E: Engine>(client: &Weak<Inner<E>>, shared: &Shared, interval: Duration, lock_ttl_ms: u64) {
+    loop {
+        let due: Vec<(TimeStamp, Vec<u8>)> = {
+            let mut state = shared.primaries.lock();
+            if !state.stop {
+                shared.wake.wait_for(&mut state, interval);
+            }
+            if state.stop {
+                return;
+            }
+            state
+                .primaries
+                .iter()
+                .map(|(ts, p)| (*ts, p.clone()))
+                .collect()
+        };
+        let Some(client) = client.upgrade() else {
+            return;
+        };
+        let Ok(now) = client.oracle.get_ts() else {
+            continue;
+        };
+        for (start_ts, primary) in due {
+            // The TTL counts from start_ts: ask for what has passed plus
+            // one more TTL.
+            let advise_ttl = now.physical().saturating_sub(start_ts.physical()) + lock_ttl_ms;
+            let storage = client.cluster.region_for(&primary).storage();
+            // A failure (the lock is gone: committed or rolled back) is the
+            // committing thread's to find out.
+            let _ = storage.txn_heart_beat(key(&primary), start_ts, advise_ttl);
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The client: what an embedding program uses. Open a directory, begin
+//! transactions from many threads, commit them, never think about locks.
+//!
+//! The client is Percolator's coordinator. It keeps no state that matters
+//! for correctness: a transaction's fate is decided by its primary lock,
+//! and anyone who meets one of its locks can find that fate out and finish
+//! the job (roll the transaction forward or back). A client that dies at
+//! any point leaves nothing that later readers and writers cannot resolve.
+//!
+//! ```
+//! use percolate_txn::client::Client;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let client = Client::open(dir.path())?;
+//! let mut txn = client.begin()?;
+//! txn.put(b"alice", b"10");
+//! txn.put(b"bob", b"5");
+//! txn.commit()?;
+//!
+//! let txn = client.begin()?;
+//! assert_eq!(txn.get(b"alice")?, Some(b"10".to_vec()));
+//! assert_eq!(client.get_latest(b"bob")?, Some(b"5".to_vec()));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod heartbeat;
+mod resolver;
+mod transaction;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use percolate_engine::{Engine, RocksEngine};
+use percolate_mvcc::{Key, TimeStamp};
+
+use self::heartbeat::HeartBeats;
+pub use self::transaction::{CommitInfo, CommitProtocol, Transaction};
+use crate::cluster::Cluster;
+use crate::oracle::{LocalOracle, TimestampOracle};
+use crate::read::ReadOptions;
+use crate::storage::StorageConfig;
+use crate::{Error, Result};
+
+/// How the client commits and waits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Commit by async commit when a transaction spans several prewrite
+    /// batches but has at most `max_async_commit_keys` keys. Defaults to
+    /// true.
+    pub async_commit: bool,
+    /// Commit in one phase when every mutation fits in one prewrite batch of
+    /// one region. Defaults to true.
+    pub one_pc: bool,
+    /// TTL of the transaction's locks in milliseconds; a live client keeps
+    /// its primary lock alive with heart beats. Defaults to 3000.
+    pub lock_ttl_ms: u64,
+    /// Most mutations in one prewrite command. Defaults to 64.
+    pub max_batch_keys: usize,
+    /// Largest transaction (in keys) that uses async commit: the primary
+    /// lock lists every secondary. Defaults to 256.
+    pub max_async_commit_keys: usize,
+    /// How long a read or prewrite waits for a live transaction's lock
+    /// before giving up with [`Error::ResolveLockTimeout`]. Defaults to
+    /// 10 s.
+    pub resolve_timeout: Duration,
+    /// Attempts [`Client::with_retry`] makes. Defaults to 64.
+    pub max_retries: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            async_commit: true,
+            one_pc: true,
+            lock_ttl_ms: 3000,
+            max_batch_keys: 64,
+            max_async_commit_keys: 256,
+            resolve_timeout: Duration::from_secs(10),
+            max_retries: 64,
+        }
+    }
+}
+
+/// How [`Client::open_with`] sets up a data directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// The raw keys the key space is split at into regions (none: one
+    /// region).
+    pub split_keys: Vec<Vec<u8>>,
+    /// The client's behaviour.
+    pub client: ClientConfig,
+    /// Every region's storage (its `initial_max_ts` is set from the
+    /// oracle).
+    pub storage: StorageConfig,
+}
+
+/// A handle on a set of regions and a timestamp oracle. Cheap to clone;
+/// share it between threads.
+pub struct Client<E: Engine = RocksEngine> {
+    inner: Arc<Inner<E>>,
+}
+
+impl<E: Engine> Clone for Client<E> {
+    fn clone(&self) -> Self {
+        Client {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<E: Engine> std::fmt::Debug for Client<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("cluster", &self.inner.cluster)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner<E: Engine> {
+    pub(crate) cluster: Cluster<E>,
+    pub(crate) oracle: Arc<dyn TimestampOracle>,
+    pub(crate) config: ClientConfig,
+    pub(crate) heartbeats: HeartBeats,
+}
+
+impl Client<RocksEngine> {
+    /// Opens (or creates) a data directory with one region: RocksDB in
+    /// `dir/db`, the oracle's state file in `dir`.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(dir, OpenOptions::default())
+    }
+
+    /// Opens (or creates) a data directory.
+    pub fn open_with(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|source| {
+            Error::from(percolate_engine::Error::Io {
+                op: "create directory",
+                path: dir.to_path_buf(),
+                source,
+            })
+        })?;
+        let oracle = Arc::new(LocalOracle::open(dir)?);
+        let storage = StorageConfig {
+            initial_max_ts: oracle.get_ts()?,
+            ..options.storage
+        };
+        let cluster = Cluster::open(dir.join("db"), options.split_keys, storage)?;
+        Ok(Client::new(cluster, oracle, options.client))
+    }
+}
+
+impl<E: Engine> Client<E> {
+    /// A client over `cluster`, taking timestamps from `oracle`. Every
+    /// region's `max_ts` must have started at a timestamp from this oracle
+    /// (see [`StorageConfig::initial_max_ts`]).
+    pub fn new(
+        cluster: Cluster<E>,
+        oracle: Arc<dyn TimestampOracle>,
+        config: ClientConfig,
+    ) -> Self {
+        let inner = Arc::new_cyclic(|weak| Inner {
+            cluster,
+            oracle,
+            heartbeats: HeartBeats::new(weak.clone(), config.lock_ttl_ms),
+            config,
+        });
+        Client { inner }
+    }
+
+    /// The regions.
+    pub fn cluster(&self) -> &Cluster<E> {
+        &self.inner.cluster
+    }
+
+    /// The timestamp oracle.
+    pub fn oracle(&self) -> &dyn TimestampOracle {
+        &*self.inner.oracle
+    }
+
+    /// The client's configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// Begins an optimistic transaction at a fresh start_ts (snapshot
+    /// isolation).
+    pub fn begin(&self) -> Result<Transaction<E>> {
+        Ok(Transaction::new(
+            self.inner.clone(),
+            self.inner.oracle.get_ts()?,
+        ))
+    }
+
+    /// The latest committed value of `key`, read without a timestamp: no
+    /// oracle call, and the read does not hold back future commits. Locks
+    /// in the way are resolved as for any read.
+    pub fn get_latest(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.inner
+            .get(key, TimeStamp::max(), &ReadOptions::default())
+    }
+
+    /// Runs `work` in a new transaction and commits it; on a retryable
+    /// error (a conflict, a lock that did not go away, a busy region) it
+    /// starts over with a new transaction after a jittered backoff, up to
+    /// [`ClientConfig::max_retries`] times.
+    pub fn with_retry<T>(
+        &self,
+        mut work: impl FnMut(&mut Transaction<E>) -> Result<T>,
+    ) -> Result<T> {
+        let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
+        let mut attempt = 1;
+        loop {
+            let mut txn = self.begin()?;
+            let result = work(&mut txn).and_then(|out| txn.commit().map(|_| out));
+            match result {
+                Err(e) if e.is_retryable() && attempt < self.inner.config.max_retries => {
+                    attempt += 1;
+                    backoff.sleep();
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Exponential backoff with full jitter.
+pub(crate) struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(first: Duration, max: Duration) -> Self {
+        Backoff { next: first, max }
+    }
+
+    pub(crate) fn sleep(&mut self) {
+        let nanos = self.next.as_nanos().min(u128::from(u64::MAX)) as u64;
+        std::thread::sleep(Duration::from_nanos(rand::random_range(0..=nanos)));
+        self.next = (self.next * 2).min(self.max);
+    }
+}
+
+/// A deadline for waiting on other transactions' locks.
+pub(crate) struct Deadline {
+    started: Instant,
+    timeout: Duration,
+}
+
+impl Deadline {
+    pub(crate) fn after(timeout: Duration) -> Self {
+        Deadline {
+            started: Instant::now(),
+            timeout,
+        }
+    }
+
+    pub(crate) fn check(&self, key: &[u8], lock: &percolate_mvcc::LockInfo) -> Result<()> {
+        let waited = self.started.elapsed();
+        if waited > self.timeout {
+            return Err(Error::ResolveLockTimeout {
+                key: key.to_vec(),
+                lock_ts: lock.lock_version,
+                primary: lock.primary_lock.clone(),
+                waited,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The encoded form of a raw key.
+pub(crate) fn key(raw: &[u8]) -> Key {
+    Key::from_raw(raw)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,362 @@
+//! Reads through the regions, and lock resolution: what a reader (or a
+//! prewrite) does when it meets another transaction's lock.
+//!
+//! The lock names its primary. The primary's region says the
+//! transaction's fate ([`CheckTxnStatus`](crate::commands::CheckTxnStatus)):
+//! committed (roll this lock forward at the same commit_ts), rolled back or
+//! expired (roll it back), or alive. An alive 2PC transaction has its
+//! min_commit_ts pushed above the reader's ts, and then the reader may
+//! ignore its locks; otherwise the reader backs off and retries until its
+//! deadline. An async-commit transaction is never pushed: once its primary
+//! lock expired, its fate is read from its secondaries
+//! ([`CheckSecondaryLocks`](crate::commands::CheckSecondaryLocks)):
+//! committed at the largest min_commit_ts if all are still locked, rolled
+//! back if any is not.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use percolate_engine::Engine;
+use percolate_mvcc::{Key, KvPair, LockInfo, TimeStamp, TsSet};
+
+use super::{Backoff, Deadline, Inner, key};
+use crate::actions::TxnStatus;
+use crate::actions::check_txn_status::CheckTxnStatusOptions;
+use crate::commands::{BatchGet, Get, Scan, SecondaryLocksStatus};
+use crate::read::{ReadOptions, ScanRequest};
+use crate::{Error, Result};
+
+/// What a read attempt found.
+pub(crate) enum Attempt<T> {
+    /// The answer.
+    Done(T),
+    /// Locks of other transactions in the way.
+    Locked(Vec<LockInfo>),
+}
+
+/// The fate of a transaction, as far as a resolver can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Committed(TimeStamp),
+    RolledBack,
+    /// Alive, with its min_commit_ts above the caller's ts: its locks may be
+    /// ignored by this caller.
+    Pushed,
+    /// Alive: wait.
+    Alive,
+}
+
+/// Splits a read's entries into pairs and locks.
+fn split_locked(entries: Vec<Result<KvPair>>) -> Result<Attempt<Vec<KvPair>>> {
+    let mut pairs = Vec::with_capacity(entries.len());
+    let mut locks = Vec::new();
+    for entry in entries {
+        match entry {
+            Ok(pair) => pairs.push(pair),
+            Err(e) => match into_lock(e) {
+                Ok(lock) => locks.push(lock),
+                Err(e) => return Err(e),
+            },
+        }
+    }
+    Ok(if locks.is_empty() {
+        Attempt::Done(pairs)
+    } else {
+        Attempt::Locked(locks)
+    })
+}
+
+/// The lock of a `KeyIsLocked` error, or the error itself.
+pub(crate) fn into_lock(e: Error) -> std::result::Result<LockInfo, Error> {
+    match e {
+        Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info)) => Ok(*info),
+        other => Err(other),
+    }
+}
+
+impl<E: Engine> Inner<E> {
+    /// The value of raw `key` at `ts`, resolving locks in the way.
+    pub(crate) fn get(
+        &self,
+        raw: &[u8],
+        ts: TimeStamp,
+        options: &ReadOptions,
+    ) -> Result<Option<Vec<u8>>> {
+        let storage = self.cluster.region_for(raw).storage();
+        self.retry_locked(ts, options, |options| {
+            let get = Get {
+                key: key(raw),
+                ts,
+                options: options.clone(),
+            };
+            match storage.read(get) {
+                Ok(value) => Ok(Attempt::Done(value)),
+                Err(e) => into_lock(e).map(|lock| Attempt::Locked(vec![lock])),
+            }
+        })
+    }
+
+    /// The values of raw `keys` at `ts` (a pair per key that exists, in
+    /// region order), resolving locks in the way.
+    pub(crate) fn batch_get(&self, raws: &[&[u8]], ts: TimeStamp) -> Result<Vec<KvPair>> {
+        let mut by_region: Vec<(usize, Vec<Key>)> = Vec::new();
+        for raw in raws {
+            let index = self.cluster.region_index(raw);
+            match by_region.iter_mut().find(|(i, _)| *i == index) {
+                Some((_, keys)) => keys.push(key(raw)),
+                None => by_region.push((index, vec![key(raw)])),
+            }
+        }
+        let mut pairs = Vec::with_capacity(raws.len());
+        for (index, keys) in by_region {
+            let storage = self.cluster.regions()[index].storage();
+            pairs.extend(self.retry_locked(ts, &ReadOptions::default(), |options| {
+                split_locked(storage.read(BatchGet {
+                    keys: keys.clone(),
+                    ts,
+                    options: options.clone(),
+                })?)
+            })?);
+        }
+        Ok(pairs)
+    }
+
+    /// Up to `limit` pairs (0: no limit) of the raw range `[start, end)` at
+    /// `ts`, in key order or, with `reverse`, from `end` down; across
+    /// regions, resolving locks in the way.
+    pub(crate) fn scan(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+        reverse: bool,
+        ts: TimeStamp,
+    ) -> Result<Vec<KvPair>> {
+        let mut regions: Vec<_> = self.cluster.regions_in(start, end).iter().collect();
+        if reverse {
+            regions.reverse();
+        }
+        let mut pairs = Vec::new();
+        for region in regions {
+            if limit != 0 && pairs.len() >= limit {
+                break;
+            }
+            // The part of [start, end) inside the region.
+            let lower = key(start.max(region.start_key()));
+            let upper = match (end, region.end_key()) {
+                (Some(a), Some(b)) => Some(key(a.min(b))),
+                (Some(a), None) => Some(key(a)),
+                (None, b) => b.map(key),
+            };
+            if upper.as_ref().is_some_and(|u| *u <= lower) {
+                continue;
+            }
+            let (start_key, end_key) = if reverse {
+                (
+                    upper.unwrap_or_else(|| Key::from_encoded(Vec::new())),
+                    Some(lower),
+                )
+            } else {
+                (lower, upper)
+            };
+            let request = ScanRequest {
+                start_key,
+                end_key,
+                limit: if limit == 0 { 0 } else { limit - pairs.len() },
+                ts,
+                key_only: false,
+                reverse,
+            };
+            let storage = region.storage();
+            pairs.extend(self.retry_locked(ts, &ReadOptions::default(), |options| {
+                split_locked(storage.read(Scan {
+                    request: request.clone(),
+                    options: options.clone(),
+                })?)
+            })?);
+        }
+        Ok(pairs)
+    }
+
+    /// Runs `attempt` until it is not blocked by locks: each time, the locks
+    /// it met are resolved; transactions pushed past `ts` are bypassed from
+    /// then on; if nothing could be done about a lock, back off. Gives up at
+    /// the configured deadline.
+    pub(crate) fn retry_locked<T>(
+        &self,
+        ts: TimeStamp,
+        options: &ReadOptions,
+        mut attempt: impl FnMut(&ReadOptions) -> Result<Attempt<T>>,
+    ) -> Result<T> {
+        let deadline = Deadline::after(self.config.resolve_timeout);
+        let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
+        let mut options = options.clone();
+        let mut pushed: Vec<TimeStamp> = Vec::new();
+        loop {
+            let locks = match attempt(&options)? {
+                Attempt::Done(out) => return Ok(out),
+                Attempt::Locked(locks) => locks,
+            };
+            let before = pushed.len();
+            let all_cleared = self.resolve_locks(&locks, ts, &mut pushed)?;
+            if pushed.len() != before {
+                options.bypass_locks = pushed.iter().copied().collect::<TsSet>();
+            }
+            if !all_cleared {
+                deadline.check(&locks[0].key, &locks[0])?;
+                backoff.sleep();
+            }
+        }
+    }
+
+    /// Resolves what can be resolved of `locks` for a caller at
+    /// `caller_ts`. Transactions pushed past it are added to `pushed`.
+    /// Returns whether every lock was cleared (resolved or pushed), so the
+    /// caller may retry at once.
+    pub(crate) fn resolve_locks(
+        &self,
+        locks: &[LockInfo],
+        caller_ts: TimeStamp,
+        pushed: &mut Vec<TimeStamp>,
+    ) -> Result<bool> {
+        let mut fates: HashMap<TimeStamp, Fate> = HashMap::new();
+        let mut all_cleared = true;
+        for lock in locks {
+            let fate = match fates.get(&lock.lock_version) {
+                Some(fate) => *fate,
+                None => {
+                    let fate = self.txn_fate(lock, caller_ts)?;
+                    fates.insert(lock.lock_version, fate);
+                    fate
+                }
+            };
+            let commit_ts = match fate {
+                Fate::Committed(commit_ts) => commit_ts,
+                Fate::RolledBack => TimeStamp::zero(),
+                Fate::Pushed => {
+                    if !pushed.contains(&lock.lock_version) {
+                        pushed.push(lock.lock_version);
+                    }
+                    continue;
+                }
+                Fate::Alive => {
+                    all_cleared = false;
+                    continue;
+                }
+            };
+            self.cluster
+                .region_for(&lock.key)
+                .storage()
+                .resolve_lock_lite(vec![key(&lock.key)], lock.lock_version, commit_ts)?;
+        }
+        Ok(all_cleared)
+    }
+
+    /// Asks the primary's region what became of the transaction that owns
+    /// `lock`, rolling it back there if it expired.
+    fn txn_fate(&self, lock: &LockInfo, caller_ts: TimeStamp) -> Result<Fate> {
+        let storage = self.cluster.region_for(&lock.primary_lock).storage();
+        let current_ts = self.oracle.get_ts()?;
+        let mut options = CheckTxnStatusOptions {
+            // A read at MAX ("the latest") has nothing to push past.
+            caller_start_ts: if caller_ts.is_max() {
+                TimeStamp::zero()
+            } else {
+                caller_ts
+            },
+            current_ts,
+            ..Default::default()
+        };
+        let primary = key(&lock.primary_lock);
+        let status = match storage.check_txn_status(primary.clone(), lock.lock_version, options) {
+            Err(Error::Mvcc(percolate_mvcc::Error::TxnNotFound { .. })) => {
+                // The primary is not prewritten (yet: prewrites run in
+                // parallel) and was never committed. Once this lock has
+                // expired the owner is gone: make sure it never commits.
+                let expired = lock.lock_version.physical().saturating_add(lock.lock_ttl)
+                    < current_ts.physical();
+                if !expired {
+                    return Ok(Fate::Alive);
+                }
+                options.rollback_if_not_exist = true;
+                storage.check_txn_status(primary, lock.lock_version, options)?
+            }
+            other => other?,
+        };
+        Ok(match status {
+            TxnStatus::Committed { commit_ts } => Fate::Committed(commit_ts),
+            TxnStatus::Uncommitted {
+                lock: primary_lock,
+                min_commit_ts_pushed,
+            } => {
+                let expired = primary_lock.ts.physical().saturating_add(primary_lock.ttl)
+                    < current_ts.physical();
+                if primary_lock.use_async_commit && expired {
+                    self.resolve_async_commit(&lock.primary_lock, &primary_lock)?
+                } else if min_commit_ts_pushed {
+                    Fate::Pushed
+                } else {
+                    Fate::Alive
+                }
+            }
+            // Rolled back now (expired) or before, or never prewritten.
+            _ => Fate::RolledBack,
+        })
+    }
+
+    /// Decides an async-commit transaction whose primary lock expired, from
+    /// all its keys, and resolves them all.
+    fn resolve_async_commit(
+        &self,
+        primary: &[u8],
+        primary_lock: &percolate_mvcc::Lock,
+    ) -> Result<Fate> {
+        let start_ts = primary_lock.ts;
+        let mut keys: Vec<Vec<u8>> = primary_lock.secondaries.clone();
+        keys.push(primary.to_vec());
+        let groups = self.group_keys(keys);
+        let mut commit_ts = primary_lock.min_commit_ts;
+        let mut fate = None;
+        for (index, keys) in &groups {
+            let storage = self.cluster.regions()[*index].storage();
+            match storage.check_secondary_locks(keys.clone(), start_ts)? {
+                SecondaryLocksStatus::Locked(locks) => {
+                    for lock in locks {
+                        commit_ts = commit_ts.max(lock.min_commit_ts);
+                    }
+                }
+                SecondaryLocksStatus::Committed(ts) => {
+                    fate = Some(Fate::Committed(ts));
+                    break;
+                }
+                SecondaryLocksStatus::RolledBack => {
+                    fate = Some(Fate::RolledBack);
+                    break;
+                }
+            }
+        }
+        let fate = fate.unwrap_or(Fate::Committed(commit_ts));
+        let resolve_ts = match fate {
+            Fate::Committed(ts) => ts,
+            _ => TimeStamp::zero(),
+        };
+        for (index, keys) in groups {
+            let storage = self.cluster.regions()[index].storage();
+            storage.resolve_lock_lite(keys, start_ts, resolve_ts)?;
+        }
+        Ok(fate)
+    }
+
+    /// Raw keys grouped by region index, as encoded keys.
+    pub(crate) fn group_keys(&self, raws: Vec<Vec<u8>>) -> Vec<(usize, Vec<Key>)> {
+        let mut groups: Vec<(usize, Vec<Key>)> = Vec::new();
+        for raw in raws {
+            let index = self.cluster.region_index(&raw);
+            match groups.iter_mut().find(|(i, _)| *i == index) {
+                Some((_, keys)) => keys.push(key(&raw)),
+                None => groups.push((index, vec![key(&raw)])),
+            }
+        }
+        groups
+    }
+}

@@ -1,0 +1,320 @@
+//! The client over three regions on the memory engine: commit protocols,
+//! own-write reads, conflicts, and lock resolution after a client "died".
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use percolate_engine::MemoryEngine;
+
+use super::*;
+use crate::actions::prewrite::Mutation;
+use crate::commands::Prewrite;
+use crate::oracle::{LocalOracle, ManualClock};
+
+struct Setup {
+    client: Client<MemoryEngine>,
+    clock: Arc<ManualClock>,
+    _dir: tempfile::TempDir,
+}
+
+/// Regions [.., "g"), ["g", "p"), ["p", ..); an oracle on a manual clock.
+fn setup(config: ClientConfig) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let oracle = Arc::new(LocalOracle::open_with_clock(dir.path(), clock.clone()).unwrap());
+    let storage = StorageConfig {
+        initial_max_ts: oracle.get_ts().unwrap(),
+        ..Default::default()
+    };
+    let cluster = Cluster::new(
+        MemoryEngine::new(),
+        vec![b"g".to_vec(), b"p".to_vec()],
+        storage,
+    );
+    Setup {
+        client: Client::new(cluster, oracle, config),
+        clock,
+        _dir: dir,
+    }
+}
+
+fn client() -> Setup {
+    setup(ClientConfig::default())
+}
+
+fn commit(client: &Client<MemoryEngine>, writes: &[(&str, &str)]) -> CommitInfo {
+    let mut txn = client.begin().unwrap();
+    for (k, v) in writes {
+        txn.put(k.as_bytes(), v.as_bytes());
+    }
+    txn.commit().unwrap()
+}
+
+#[test]
+fn the_protocol_follows_the_shape_of_the_transaction() {
+    let s = client();
+    assert_eq!(
+        commit(&s.client, &[("a", "1"), ("b", "2")]).protocol,
+        CommitProtocol::OnePc
+    );
+    let info = commit(&s.client, &[("a", "3"), ("h", "4"), ("q", "5")]);
+    assert_eq!(info.protocol, CommitProtocol::AsyncCommit);
+    let txn = s.client.begin().unwrap();
+    assert!(
+        txn.start_ts() >= info.commit_ts,
+        "a commit_ts never runs ahead of the oracle"
+    );
+    assert_eq!(txn.get(b"q").unwrap(), Some(b"5".to_vec()));
+    assert_eq!(txn.get(b"a").unwrap(), Some(b"3".to_vec()));
+    assert_eq!(
+        s.client.begin().unwrap().commit().unwrap().protocol,
+        CommitProtocol::ReadOnly
+    );
+
+    let two_pc = setup(ClientConfig {
+        async_commit: false,
+        ..Default::default()
+    });
+    let info = commit(&two_pc.client, &[("a", "1"), ("h", "2")]);
+    assert_eq!(info.protocol, CommitProtocol::TwoPc);
+    assert_eq!(two_pc.client.get_latest(b"h").unwrap(), Some(b"2".to_vec()));
+
+    let small_batches = setup(ClientConfig {
+        max_batch_keys: 2,
+        max_async_commit_keys: 4,
+        ..Default::default()
+    });
+    let keys: Vec<(String, String)> = (0..5).map(|i| (format!("a{i}"), format!("{i}"))).collect();
+    let writes: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let info = commit(&small_batches.client, &writes);
+    assert_eq!(
+        info.protocol,
+        CommitProtocol::TwoPc,
+        "too many keys for async commit"
+    );
+    let info = commit(&small_batches.client, &writes[..3]);
+    assert_eq!(
+        info.protocol,
+        CommitProtocol::AsyncCommit,
+        "one region, two batches"
+    );
+}
+
+#[test]
+fn reads_see_own_writes_over_the_snapshot_in_both_directions() {
+    let s = client();
+    commit(
+        &s.client,
+        &[("a", "1"), ("c", "3"), ("h", "8"), ("q", "17")],
+    );
+    let mut txn = s.client.begin().unwrap();
+    txn.put(b"b".to_vec(), b"2".to_vec());
+    txn.delete(b"h".to_vec());
+    txn.put(b"r".to_vec(), b"18".to_vec());
+    txn.lock_keys([b"c".to_vec()]);
+    let keys = |pairs: Vec<(Vec<u8>, Vec<u8>)>| -> Vec<String> {
+        pairs
+            .into_iter()
+            .map(|(k, _)| String::from_utf8(k).unwrap())
+            .collect()
+    };
+    assert_eq!(
+        keys(txn.scan(b"", None, 0).unwrap()),
+        ["a", "b", "c", "q", "r"]
+    );
+    assert_eq!(
+        keys(txn.scan(b"b", Some(b"r"), 3).unwrap()),
+        ["b", "c", "q"]
+    );
+    assert_eq!(keys(txn.scan_reverse(b"", None, 2).unwrap()), ["r", "q"]);
+    assert_eq!(
+        keys(txn.scan_reverse(b"a", Some(b"q"), 0).unwrap()),
+        ["c", "b", "a"]
+    );
+    assert_eq!(
+        txn.batch_get(&[b"h", b"c", b"b", b"zz"]).unwrap(),
+        vec![None, Some(b"3".to_vec()), Some(b"2".to_vec()), None]
+    );
+    txn.commit().unwrap();
+    assert_eq!(s.client.get_latest(b"h").unwrap(), None);
+    assert_eq!(
+        s.client.get_latest(b"c").unwrap(),
+        Some(b"3".to_vec()),
+        "lock_keys wrote nothing"
+    );
+}
+
+#[test]
+fn a_write_conflict_fails_the_later_commit_and_with_retry_redoes_it() {
+    let s = client();
+    let mut first = s.client.begin().unwrap();
+    let mut second = s.client.begin().unwrap();
+    // The read at second's start_ts puts first's (1PC) commit_ts above it:
+    // the two overlap, and the later committer loses.
+    assert_eq!(second.get(b"k").unwrap(), None);
+    first.put(b"k".to_vec(), b"first".to_vec());
+    second.put(b"k".to_vec(), b"second".to_vec());
+    first.commit().unwrap();
+    let err = second.commit().unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert_eq!(s.client.get_latest(b"k").unwrap(), Some(b"first".to_vec()));
+
+    let mut attempts = 0;
+    s.client
+        .with_retry(|txn| {
+            attempts += 1;
+            if attempts == 1 {
+                // A concurrent writer commits between our read and commit.
+                commit(&s.client, &[("k", "sneaky")]);
+            }
+            let v = txn.get(b"k")?.unwrap();
+            txn.put(b"k".to_vec(), [v.as_slice(), b"+1"].concat());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(attempts, 2);
+    assert_eq!(
+        s.client.get_latest(b"k").unwrap(),
+        Some(b"sneaky+1".to_vec())
+    );
+}
+
+#[test]
+fn insert_fails_on_an_existing_key() {
+    let s = client();
+    commit(&s.client, &[("k", "v")]);
+    let mut txn = s.client.begin().unwrap();
+    txn.insert(b"k".to_vec(), b"again".to_vec());
+    let err = txn.commit().unwrap_err();
+    assert!(
+        matches!(err, Error::Mvcc(percolate_mvcc::Error::AlreadyExist { .. })),
+        "{err}"
+    );
+    let mut txn = s.client.begin().unwrap();
+    txn.insert(b"new".to_vec(), b"v".to_vec());
+    txn.commit().unwrap();
+}
+
+/// Prewrites like a client that then dies: locks on `keys` with `primary`.
+fn dead_client_prewrite(s: &Setup, keys: &[&str], async_commit: bool) -> TimeStamp {
+    let start_ts = s.client.oracle().get_ts().unwrap();
+    let cluster = s.client.cluster();
+    let secondaries: Vec<Vec<u8>> = keys[1..].iter().map(|k| k.as_bytes().to_vec()).collect();
+    for k in keys {
+        let mut prewrite = Prewrite::new(
+            vec![Mutation::put(
+                Key::from_raw(k.as_bytes()),
+                format!("{k}-dead").into_bytes(),
+            )],
+            keys[0],
+            start_ts,
+        )
+        .lock_ttl(100);
+        if async_commit {
+            prewrite = prewrite.async_commit(secondaries.clone(), TimeStamp::zero());
+        }
+        cluster
+            .region_for(k.as_bytes())
+            .storage()
+            .prewrite(prewrite)
+            .unwrap();
+    }
+    start_ts
+}
+
+#[test]
+fn a_reader_rolls_back_the_locks_of_a_client_that_died_after_prewrite() {
+    let s = client();
+    commit(&s.client, &[("a", "old"), ("h", "old")]);
+    dead_client_prewrite(&s, &["a", "h"], false);
+    // After the TTL the reader rolls the transaction back and reads on.
+    s.clock.advance(1_000);
+    std::thread::sleep(Duration::from_millis(20));
+    let txn = s.client.begin().unwrap();
+    assert_eq!(txn.get(b"h").unwrap(), Some(b"old".to_vec()));
+    assert_eq!(txn.get(b"a").unwrap(), Some(b"old".to_vec()));
+}
+
+#[test]
+fn a_reader_rolls_forward_a_transaction_whose_primary_committed() {
+    let s = client();
+    let start_ts = dead_client_prewrite(&s, &["a", "h", "q"], false);
+    let commit_ts = s.client.oracle().get_ts().unwrap();
+    let primary_region = s.client.cluster().region_for(b"a").storage();
+    primary_region
+        .commit(vec![Key::from_raw(b"a")], start_ts, commit_ts)
+        .unwrap();
+    let txn = s.client.begin().unwrap();
+    assert_eq!(txn.get(b"q").unwrap(), Some(b"q-dead".to_vec()));
+    assert_eq!(txn.scan(b"g", None, 0).unwrap().len(), 2);
+    let q_region = s.client.cluster().region_for(b"q").storage();
+    assert!(
+        q_region
+            .mvcc_by_key(Key::from_raw(b"q"))
+            .unwrap()
+            .lock
+            .is_none()
+    );
+}
+
+#[test]
+fn a_reader_decides_a_dead_async_commit_transaction_from_its_secondaries() {
+    let s = client();
+    dead_client_prewrite(&s, &["a", "h", "q"], true);
+    s.clock.advance(1_000);
+    std::thread::sleep(Duration::from_millis(20));
+    // Every key was prewritten: the transaction committed.
+    let txn = s.client.begin().unwrap();
+    assert_eq!(txn.get(b"h").unwrap(), Some(b"h-dead".to_vec()));
+    for k in ["a", "h", "q"] {
+        let storage = s.client.cluster().region_for(k.as_bytes()).storage();
+        assert!(
+            storage
+                .mvcc_by_key(Key::from_raw(k.as_bytes()))
+                .unwrap()
+                .lock
+                .is_none(),
+            "{k}"
+        );
+    }
+
+    // One secondary was never prewritten: rolled back.
+    let start_ts = s.client.oracle().get_ts().unwrap();
+    let prewrite = Prewrite::new(
+        vec![Mutation::put(Key::from_raw(b"a"), b"never".to_vec())],
+        b"a",
+        start_ts,
+    )
+    .lock_ttl(100)
+    .async_commit(vec![b"zz".to_vec()], TimeStamp::zero());
+    s.client
+        .cluster()
+        .region_for(b"a")
+        .storage()
+        .prewrite(prewrite)
+        .unwrap();
+    s.clock.advance(1_000);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"a-dead".to_vec()));
+}
+
+#[test]
+fn a_live_lock_makes_a_reader_wait_until_its_deadline() {
+    let s = setup(ClientConfig {
+        resolve_timeout: Duration::from_millis(50),
+        ..Default::default()
+    });
+    let start_ts = dead_client_prewrite(&s, &["a"], true);
+    let txn = s.client.begin().unwrap();
+    let err = txn.get(b"a").unwrap_err();
+    assert!(
+        matches!(&err, Error::ResolveLockTimeout { lock_ts, .. } if *lock_ts == start_ts),
+        "{err}"
+    );
+    assert!(err.is_retryable());
+    // A 2PC lock of a live transaction is pushed instead: no wait.
+    let s = client();
+    dead_client_prewrite(&s, &["b"], false);
+    let txn = s.client.begin().unwrap();
+    assert_eq!(txn.get(b"b").unwrap(), None);
+}

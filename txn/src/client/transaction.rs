@@ -1,0 +1,500 @@
+//! A client transaction: buffered writes, snapshot reads, and the commit
+//! protocol (parallel prewrite, then 1PC, async commit or 2PC).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use percolate_engine::{Engine, RocksEngine};
+use percolate_mvcc::{Key, TimeStamp};
+
+use super::resolver::into_lock;
+use super::{Backoff, Deadline, Inner, key};
+use crate::actions::prewrite::{Mutation, PrewriteResult};
+use crate::commands::{BatchRollback, Commit, Prewrite};
+use crate::read::ReadOptions;
+use crate::scheduler::Pending;
+use crate::{Error, Result};
+
+/// A buffered write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Op {
+    Put(Vec<u8>),
+    Delete,
+    Insert(Vec<u8>),
+    Lock,
+}
+
+/// How a transaction committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommitProtocol {
+    /// Nothing to write: no command was sent.
+    ReadOnly,
+    /// Prewrite and commit in one command (one region, one batch).
+    OnePc,
+    /// Committed once every prewrite succeeded, at the largest
+    /// min_commit_ts; the commit records are written in the background.
+    AsyncCommit,
+    /// Two phases: commit_ts from the oracle, the primary committed first
+    /// (the commit point), the secondaries in the background.
+    TwoPc,
+}
+
+/// The outcome of a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// The commit_ts (the start_ts for a read-only transaction).
+    pub commit_ts: TimeStamp,
+    /// How it committed.
+    pub protocol: CommitProtocol,
+}
+
+/// An optimistic transaction at snapshot isolation.
+///
+/// Reads see the snapshot at the start_ts plus the transaction's own
+/// writes. Writes are buffered until [`commit`](Self::commit), which checks
+/// for conflicts (another transaction committed a key this one writes
+/// after its start_ts: `WriteConflict`). `commit` and
+/// [`rollback`](Self::rollback) consume the transaction; dropping it
+/// uncommitted discards its writes (nothing was sent).
+pub struct Transaction<E: Engine = RocksEngine> {
+    client: Arc<Inner<E>>,
+    start_ts: TimeStamp,
+    buffer: BTreeMap<Vec<u8>, Op>,
+}
+
+impl<E: Engine> std::fmt::Debug for Transaction<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("start_ts", &self.start_ts)
+            .field("buffered", &self.buffer.len())
+            .finish()
+    }
+}
+
+/// One prewrite command's mutations, for one region.
+struct Batch {
+    region: usize,
+    mutations: Vec<Mutation>,
+}
+
+impl<E: Engine> Transaction<E> {
+    pub(super) fn new(client: Arc<Inner<E>>, start_ts: TimeStamp) -> Self {
+        Transaction {
+            client,
+            start_ts,
+            buffer: BTreeMap::new(),
+        }
+    }
+
+    /// The transaction's start_ts: its snapshot.
+    pub fn start_ts(&self) -> TimeStamp {
+        self.start_ts
+    }
+
+    /// The value of `key`: this transaction's own write if it made one,
+    /// otherwise the snapshot's.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.buffer.get(key) {
+            Some(Op::Put(value) | Op::Insert(value)) => Ok(Some(value.clone())),
+            Some(Op::Delete) => Ok(None),
+            Some(Op::Lock) | None => self.client.get(key, self.start_ts, &ReadOptions::default()),
+        }
+    }
+
+    /// The values of `keys`, in the order asked (`None` where a key does
+    /// not exist).
+    pub fn batch_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let unbuffered: Vec<&[u8]> = keys
+            .iter()
+            .copied()
+            .filter(|k| matches!(self.buffer.get(*k), None | Some(Op::Lock)))
+            .collect();
+        let mut found: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for (k, v) in self.client.batch_get(&unbuffered, self.start_ts)? {
+            found.insert(raw(&k)?, v);
+        }
+        keys.iter()
+            .map(|k| match self.buffer.get(*k) {
+                Some(Op::Put(v) | Op::Insert(v)) => Ok(Some(v.clone())),
+                Some(Op::Delete) => Ok(None),
+                Some(Op::Lock) | None => Ok(found.get(*k).cloned()),
+            })
+            .collect()
+    }
+
+    /// Up to `limit` pairs (0: no limit) with keys in `[start, end)` (`end`
+    /// `None`: unbounded), in key order, own writes included.
+    pub fn scan(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.scan_inner(start, end, limit, false)
+    }
+
+    /// Like [`scan`](Self::scan), from the end of the range down.
+    pub fn scan_reverse(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.scan_inner(start, end, limit, true)
+    }
+
+    fn scan_inner(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+        reverse: bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        // Own writes can hide snapshot pairs (deletes) or add pairs: read
+        // enough of the snapshot that the limit still holds after merging.
+        let own = self
+            .buffer
+            .range::<[u8], _>((
+                std::ops::Bound::Included(start),
+                end.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+            ))
+            .filter(|(_, op)| !matches!(op, Op::Lock))
+            .count();
+        let fetch = if limit == 0 { 0 } else { limit + own };
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for (k, v) in self
+            .client
+            .scan(start, end, fetch, reverse, self.start_ts)?
+        {
+            merged.insert(raw(&k)?, v);
+        }
+        let in_range = |k: &[u8]| k >= start && end.is_none_or(|e| k < e);
+        for (k, op) in &self.buffer {
+            if !in_range(k) {
+                continue;
+            }
+            match op {
+                Op::Put(v) | Op::Insert(v) => {
+                    merged.insert(k.clone(), v.clone());
+                }
+                Op::Delete => {
+                    merged.remove(k);
+                }
+                Op::Lock => {}
+            }
+        }
+        let take = if limit == 0 { usize::MAX } else { limit };
+        Ok(if reverse {
+            merged.into_iter().rev().take(take).collect()
+        } else {
+            merged.into_iter().take(take).collect()
+        })
+    }
+
+    /// Sets `key` to `value` at commit.
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.buffer.insert(key.into(), Op::Put(value.into()));
+    }
+
+    /// Deletes `key` at commit.
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) {
+        self.buffer.insert(key.into(), Op::Delete);
+    }
+
+    /// Sets `key` to `value` at commit, which fails with `AlreadyExist` if
+    /// the key exists then.
+    pub fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.buffer.insert(key.into(), Op::Insert(value.into()));
+    }
+
+    /// Makes the commit fail with a write conflict if another transaction
+    /// commits a write to any of `keys` after this one's start_ts, without
+    /// writing them (guards a read against concurrent writers).
+    pub fn lock_keys<K: Into<Vec<u8>>>(&mut self, keys: impl IntoIterator<Item = K>) {
+        for key in keys {
+            self.buffer.entry(key.into()).or_insert(Op::Lock);
+        }
+    }
+
+    /// Discards the transaction's writes. Nothing was sent before commit,
+    /// so nothing needs undoing.
+    pub fn rollback(self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Commits: see the module documentation of [`client`](super) for the
+    /// protocol. On error nothing of the transaction is visible, and its
+    /// locks are being rolled back.
+    pub fn commit(mut self) -> Result<CommitInfo> {
+        let buffer = std::mem::take(&mut self.buffer);
+        if buffer.is_empty() {
+            return Ok(CommitInfo {
+                commit_ts: self.start_ts,
+                protocol: CommitProtocol::ReadOnly,
+            });
+        }
+        Committer::new(&self.client, self.start_ts, buffer).run()
+    }
+}
+
+/// Sends a command without waiting for its answer: it runs all the same.
+/// Used for work after the commit point (secondary commits) and for
+/// cleaning up after a failed commit; a failure there only leaves locks
+/// that readers resolve.
+fn forget<T>(pending: Pending<T>) {
+    drop(pending);
+}
+
+fn raw(key: &Key) -> Result<Vec<u8>> {
+    key.to_raw().map_err(|e| {
+        percolate_mvcc::Error::corruption(percolate_engine::Cf::Write, key.as_encoded(), e).into()
+    })
+}
+
+/// Runs the commit protocol of one transaction.
+struct Committer<'a, E: Engine> {
+    client: &'a Inner<E>,
+    start_ts: TimeStamp,
+    primary: Vec<u8>,
+    /// Every key, grouped by region index.
+    keys_by_region: Vec<(usize, Vec<Key>)>,
+    batches: Vec<Batch>,
+    protocol: CommitProtocol,
+    key_count: usize,
+}
+
+impl<'a, E: Engine> Committer<'a, E> {
+    fn new(client: &'a Inner<E>, start_ts: TimeStamp, buffer: BTreeMap<Vec<u8>, Op>) -> Self {
+        let config = &client.config;
+        let primary = buffer.keys().next().expect("not empty").clone();
+        let key_count = buffer.len();
+        let mut by_region: Vec<(usize, Vec<Mutation>)> = Vec::new();
+        for (raw, op) in buffer {
+            let region = client.cluster.region_index(&raw);
+            let k = key(&raw);
+            let mutation = match op {
+                Op::Put(v) => Mutation::put(k, v),
+                Op::Delete => Mutation::delete(k),
+                Op::Insert(v) => Mutation::insert(k, v),
+                Op::Lock => Mutation::lock(k),
+            };
+            match by_region.last_mut() {
+                Some((r, mutations)) if *r == region => mutations.push(mutation),
+                _ => by_region.push((region, vec![mutation])),
+            }
+        }
+        let keys_by_region = by_region
+            .iter()
+            .map(|(r, ms)| (*r, ms.iter().map(|m| m.key.clone()).collect()))
+            .collect();
+        let mut batches = Vec::new();
+        for (region, mutations) in by_region {
+            let mut rest = mutations.into_iter().peekable();
+            while rest.peek().is_some() {
+                let chunk = rest.by_ref().take(config.max_batch_keys.max(1)).collect();
+                batches.push(Batch {
+                    region,
+                    mutations: chunk,
+                });
+            }
+        }
+        let protocol = if batches.len() == 1 && config.one_pc {
+            CommitProtocol::OnePc
+        } else if config.async_commit && key_count <= config.max_async_commit_keys {
+            CommitProtocol::AsyncCommit
+        } else {
+            CommitProtocol::TwoPc
+        };
+        Committer {
+            client,
+            start_ts,
+            primary,
+            keys_by_region,
+            batches,
+            protocol,
+            key_count,
+        }
+    }
+
+    fn prewrite_command(&self, batch: &Batch) -> Prewrite {
+        let config = &self.client.config;
+        let mut prewrite =
+            Prewrite::new(batch.mutations.clone(), self.primary.clone(), self.start_ts)
+                .lock_ttl(config.lock_ttl_ms)
+                .txn_size(self.key_count as u64);
+        match self.protocol {
+            CommitProtocol::OnePc => prewrite = prewrite.one_pc(TimeStamp::zero()),
+            CommitProtocol::AsyncCommit => {
+                let holds_primary = batch
+                    .mutations
+                    .iter()
+                    .any(|m| m.key.is_encoded_from(&self.primary));
+                let secondaries = if holds_primary {
+                    self.keys_by_region
+                        .iter()
+                        .flat_map(|(_, keys)| keys)
+                        .filter(|k| !k.is_encoded_from(&self.primary))
+                        .map(raw)
+                        .collect::<Result<Vec<_>>>()
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                prewrite = prewrite.async_commit(secondaries, TimeStamp::zero());
+            }
+            _ => {}
+        }
+        prewrite
+    }
+
+    fn run(mut self) -> Result<CommitInfo> {
+        self.client
+            .heartbeats
+            .keep_alive(self.start_ts, self.primary.clone());
+        let outcome = self.prewrite_and_commit();
+        self.client.heartbeats.stop(self.start_ts);
+        if outcome.is_err() {
+            self.rollback_in_background();
+        }
+        outcome
+    }
+
+    fn prewrite_and_commit(&mut self) -> Result<CommitInfo> {
+        let results = self.prewrite_all()?;
+        let storage = |region: usize| self.client.cluster.regions()[region].storage();
+        if self.protocol == CommitProtocol::OnePc {
+            let commit_ts = results[0].one_pc_commit_ts;
+            if !commit_ts.is_zero() {
+                return Ok(CommitInfo {
+                    commit_ts,
+                    protocol: CommitProtocol::OnePc,
+                });
+            }
+            // Fell back to 2PC in the region: the locks are written.
+            self.protocol = CommitProtocol::TwoPc;
+        }
+        if self.protocol == CommitProtocol::AsyncCommit {
+            let fell_back = results.iter().any(|r| r.min_commit_ts.is_zero());
+            if !fell_back {
+                let commit_ts = results
+                    .iter()
+                    .map(|r| r.min_commit_ts)
+                    .max()
+                    .unwrap_or_default();
+                // Committed now; the records follow in the background.
+                for (region, keys) in &self.keys_by_region {
+                    forget(storage(*region).sched_write(Commit {
+                        keys: keys.clone(),
+                        start_ts: self.start_ts,
+                        commit_ts,
+                    }));
+                }
+                return Ok(CommitInfo {
+                    commit_ts,
+                    protocol: CommitProtocol::AsyncCommit,
+                });
+            }
+            self.protocol = CommitProtocol::TwoPc;
+        }
+        // 2PC: the primary's commit is the commit point.
+        let primary = key(&self.primary);
+        let primary_region = self.client.cluster.region_index(&self.primary);
+        let commit_ts = loop {
+            let commit_ts = self.client.oracle.get_ts()?;
+            match storage(primary_region).commit(vec![primary.clone()], self.start_ts, commit_ts) {
+                Ok(_) => break commit_ts,
+                // A reader that started after this commit_ts was taken pushed
+                // the lock's min_commit_ts past it: a newer ts from the
+                // oracle is above that reader's.
+                Err(Error::Mvcc(percolate_mvcc::Error::CommitTsExpired { .. })) => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        for (region, keys) in &self.keys_by_region {
+            let secondaries: Vec<Key> = keys.iter().filter(|k| **k != primary).cloned().collect();
+            if !secondaries.is_empty() {
+                forget(storage(*region).sched_write(Commit {
+                    keys: secondaries,
+                    start_ts: self.start_ts,
+                    commit_ts,
+                }));
+            }
+        }
+        Ok(CommitInfo {
+            commit_ts,
+            protocol: CommitProtocol::TwoPc,
+        })
+    }
+
+    /// Sends every batch at once and waits for all; batches blocked by other
+    /// transactions' locks are resolved and sent again until the deadline.
+    /// Returns one result per batch.
+    fn prewrite_all(&self) -> Result<Vec<PrewriteResult>> {
+        let deadline = Deadline::after(self.client.config.resolve_timeout);
+        let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
+        let mut results: Vec<Option<PrewriteResult>> = self.batches.iter().map(|_| None).collect();
+        loop {
+            let sent: Vec<(usize, Pending<PrewriteResult>)> = results
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.is_none())
+                .map(|(i, _)| {
+                    let batch = &self.batches[i];
+                    let storage = self.client.cluster.regions()[batch.region].storage();
+                    (i, storage.sched_write(self.prewrite_command(batch)))
+                })
+                .collect();
+            let mut locks = Vec::new();
+            let mut first_error = None;
+            for (i, pending) in sent {
+                match pending.wait() {
+                    Ok(result) if result.locks.is_empty() => results[i] = Some(result),
+                    Ok(result) => {
+                        for e in result.locks {
+                            match into_lock(e) {
+                                Ok(lock) => locks.push(lock),
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = first_error {
+                return Err(e);
+            }
+            if locks.is_empty() {
+                return Ok(results
+                    .into_iter()
+                    .map(|r| r.expect("every batch done"))
+                    .collect());
+            }
+            // A prewrite never reads past a lock: resolve, don't push.
+            let mut pushed = Vec::new();
+            let cleared = self
+                .client
+                .resolve_locks(&locks, TimeStamp::zero(), &mut pushed)?;
+            if !cleared {
+                deadline.check(&locks[0].key, &locks[0])?;
+                backoff.sleep();
+            }
+        }
+    }
+
+    /// Rolls back every key of the transaction, without waiting: after a
+    /// failed commit (before the commit point) its locks must not linger
+    /// until they expire.
+    fn rollback_in_background(&self) {
+        for (region, keys) in &self.keys_by_region {
+            let storage = self.client.cluster.regions()[*region].storage();
+            forget(storage.sched_write(BatchRollback {
+                keys: keys.clone(),
+                start_ts: self.start_ts,
+            }));
+        }
+    }
+}
