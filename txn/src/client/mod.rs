@@ -206,15 +206,21 @@ impl<E: Engine> Client<E> {
     /// error (a conflict, a lock that did not go away, a busy region) it
     /// starts over with a new transaction after a jittered backoff, up to
     /// [`ClientConfig::max_retries`] times.
-    pub fn with_retry<T>(
+    pub fn with_retry<T>(&self, work: impl FnMut(&mut Transaction<E>) -> Result<T>) -> Result<T> {
+        self.with_retry_info(work).map(|(out, _)| out)
+    }
+
+    /// Like [`with_retry`](Self::with_retry), and also returns how the
+    /// successful attempt committed.
+    pub fn with_retry_info<T>(
         &self,
         mut work: impl FnMut(&mut Transaction<E>) -> Result<T>,
-    ) -> Result<T> {
+    ) -> Result<(T, CommitInfo)> {
         let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
         let mut attempt = 1;
         loop {
             let mut txn = self.begin()?;
-            let result = work(&mut txn).and_then(|out| txn.commit().map(|_| out));
+            let result = work(&mut txn).and_then(|out| txn.commit().map(|info| (out, info)));
             match result {
                 Err(e) if e.is_retryable() && attempt < self.inner.config.max_retries => {
                     attempt += 1;

@@ -1,0 +1,321 @@
+//! `percolate`: a command-line tool over a data directory.
+//!
+//! ```text
+//! percolate --dir DATA put alice 100        # one transaction per command
+//! percolate --dir DATA get alice
+//! percolate --dir DATA scan --start a --end z --limit 10 [--reverse]
+//! percolate --dir DATA delete alice
+//! percolate --dir DATA mvcc alice           # every lock, write and value of the key
+//! percolate --dir DATA raw put k v          # the raw KV API (no transactions)
+//! percolate --dir DATA --hex get 616c696365 # keys and values as hex
+//! ```
+//!
+//! Transactional commands go through [`percolate::Client`], each in its own
+//! transaction; `mvcc` and `raw` talk to the storage of the region holding
+//! the key. A failure prints one line, `error: ...`, on stderr and exits
+//! with status 1 (a malformed command line is clap's usage error, status 2).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use percolate::mvcc::Key;
+use percolate::txn::commands::RawScan;
+use percolate::txn::storage::Storage;
+use percolate::{Client, CommitInfo};
+
+/// Transactions, MVCC records and raw KV of a percolate data directory.
+#[derive(Debug, Parser)]
+#[command(name = "percolate", version)]
+struct Cli {
+    /// The data directory (RocksDB in DIR/db, the oracle state in
+    /// DIR/TIMESTAMP); created if missing.
+    #[arg(long, global = true, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Keys and values are given and printed as hex instead of UTF-8.
+    #[arg(long, global = true)]
+    hex: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Sets KEY to VALUE in one transaction.
+    Put {
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// Prints the latest committed value of KEY.
+    Get {
+        /// The key.
+        key: String,
+    },
+    /// Deletes KEY in one transaction.
+    Delete {
+        /// The key.
+        key: String,
+    },
+    /// Prints the pairs of a key range at one snapshot, one `KEY<TAB>VALUE`
+    /// per line.
+    Scan(ScanArgs),
+    /// Prints every lock, write record and long value of KEY, decoded.
+    Mvcc {
+        /// The key.
+        key: String,
+    },
+    /// The raw KV API: no transactions, no versions.
+    #[command(subcommand)]
+    Raw(RawCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum RawCommand {
+    /// Prints the value of a raw key.
+    Get {
+        /// The key.
+        key: String,
+    },
+    /// Sets a raw key.
+    Put {
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// Deletes a raw key.
+    Delete {
+        /// The key.
+        key: String,
+    },
+    /// Prints raw pairs of a key range, one `KEY<TAB>VALUE` per line.
+    Scan(ScanArgs),
+}
+
+#[derive(Debug, Args)]
+struct ScanArgs {
+    /// First key (inclusive; default: the first key).
+    #[arg(long)]
+    start: Option<String>,
+    /// Key after the range (exclusive; default: unbounded).
+    #[arg(long)]
+    end: Option<String>,
+    /// Most pairs printed (0: all).
+    #[arg(long, default_value_t = 0)]
+    limit: usize,
+    /// From the end of the range down.
+    #[arg(long)]
+    reverse: bool,
+}
+
+/// A failure to report: one line on stderr.
+type Failure = Box<dyn std::error::Error>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut out = std::io::stdout().lock();
+    match run(cli, &mut out).and_then(|()| Ok(out.flush()?)) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`percolate scan | head`).
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", one_line(&*e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `e` and its sources, joined on one line.
+fn one_line(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line = format!("{line}: {text}");
+        }
+        source = s.source();
+    }
+    line.replace('\n', " ")
+}
+
+fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
+    let codec = Codec { hex: cli.hex };
+    let Some(dir) = cli.dir else {
+        return Err("--dir DIR is required".into());
+    };
+    // Decode every argument before opening the directory: a typo costs
+    // nothing.
+    let command = Decoded::new(cli.command, codec)?;
+    let client = Client::open(&dir)?;
+    match command {
+        Decoded::Put(key, value) => {
+            let mut txn = client.begin()?;
+            txn.put(key, value);
+            print_commit(out, txn.commit()?)?;
+        }
+        Decoded::Get(key) => print_value(out, codec, client.begin()?.get(&key)?)?,
+        Decoded::Delete(key) => {
+            let mut txn = client.begin()?;
+            txn.delete(key);
+            print_commit(out, txn.commit()?)?;
+        }
+        Decoded::Scan(range) => {
+            let txn = client.begin()?;
+            let end = range.end.as_deref();
+            let pairs = if range.reverse {
+                txn.scan_reverse(&range.start, end, range.limit)?
+            } else {
+                txn.scan(&range.start, end, range.limit)?
+            };
+            print_pairs(out, codec, &pairs)?;
+        }
+        Decoded::Mvcc(key) => {
+            let info = storage(&client, &key).mvcc_by_key(Key::from_raw(&key))?;
+            write!(out, "{info}")?;
+        }
+        Decoded::RawGet(key) => print_value(out, codec, storage(&client, &key).raw_get(key)?)?,
+        Decoded::RawPut(key, value) => {
+            storage(&client, &key).raw_put(key, value)?;
+            writeln!(out, "OK")?;
+        }
+        Decoded::RawDelete(key) => {
+            storage(&client, &key).raw_delete(key)?;
+            writeln!(out, "OK")?;
+        }
+        Decoded::RawScan(range) => {
+            // Raw data of every region lives in one engine: any region's
+            // storage scans all of it.
+            let pairs = storage(&client, &range.start).raw_scan(RawScan {
+                start: Some(range.start),
+                end: range.end,
+                limit: range.limit,
+                key_only: false,
+                reverse: range.reverse,
+            })?;
+            print_pairs(out, codec, &pairs)?;
+        }
+    }
+    Ok(())
+}
+
+/// The storage of the region holding `key`.
+fn storage<'a>(client: &'a Client, key: &[u8]) -> &'a Storage {
+    client.cluster().region_for(key).storage()
+}
+
+/// A command with its keys and values decoded to bytes.
+enum Decoded {
+    Put(Vec<u8>, Vec<u8>),
+    Get(Vec<u8>),
+    Delete(Vec<u8>),
+    Scan(Range),
+    Mvcc(Vec<u8>),
+    RawGet(Vec<u8>),
+    RawPut(Vec<u8>, Vec<u8>),
+    RawDelete(Vec<u8>),
+    RawScan(Range),
+}
+
+struct Range {
+    start: Vec<u8>,
+    end: Option<Vec<u8>>,
+    limit: usize,
+    reverse: bool,
+}
+
+impl Decoded {
+    fn new(command: Command, codec: Codec) -> Result<Self, Failure> {
+        let d = |s: &str| codec.decode(s);
+        Ok(match command {
+            Command::Put { key, value } => Decoded::Put(d(&key)?, d(&value)?),
+            Command::Get { key } => Decoded::Get(d(&key)?),
+            Command::Delete { key } => Decoded::Delete(d(&key)?),
+            Command::Scan(args) => Decoded::Scan(Range::new(args, codec)?),
+            Command::Mvcc { key } => Decoded::Mvcc(d(&key)?),
+            Command::Raw(RawCommand::Get { key }) => Decoded::RawGet(d(&key)?),
+            Command::Raw(RawCommand::Put { key, value }) => Decoded::RawPut(d(&key)?, d(&value)?),
+            Command::Raw(RawCommand::Delete { key }) => Decoded::RawDelete(d(&key)?),
+            Command::Raw(RawCommand::Scan(args)) => Decoded::RawScan(Range::new(args, codec)?),
+        })
+    }
+}
+
+impl Range {
+    fn new(args: ScanArgs, codec: Codec) -> Result<Self, Failure> {
+        Ok(Range {
+            start: match args.start {
+                Some(s) => codec.decode(&s)?,
+                None => Vec::new(),
+            },
+            end: args.end.map(|e| codec.decode(&e)).transpose()?,
+            limit: args.limit,
+            reverse: args.reverse,
+        })
+    }
+}
+
+/// How keys and values are written on the command line and printed.
+#[derive(Clone, Copy, Debug)]
+struct Codec {
+    hex: bool,
+}
+
+impl Codec {
+    fn decode(self, arg: &str) -> Result<Vec<u8>, Failure> {
+        if self.hex {
+            hex::decode(arg).map_err(|e| format!("bad hex {arg:?}: {e}").into())
+        } else {
+            Ok(arg.as_bytes().to_vec())
+        }
+    }
+
+    /// Text as is, hex with `--hex`; bytes that are not UTF-8 are escaped
+    /// (`\xff`) rather than garbled.
+    fn encode(self, bytes: &[u8]) -> String {
+        if self.hex {
+            hex::encode(bytes)
+        } else {
+            match std::str::from_utf8(bytes) {
+                Ok(s) => s.to_owned(),
+                Err(_) => bytes.escape_ascii().to_string(),
+            }
+        }
+    }
+}
+
+fn print_value(out: &mut impl Write, codec: Codec, value: Option<Vec<u8>>) -> Result<(), Failure> {
+    match value {
+        Some(v) => writeln!(out, "{}", codec.encode(&v))?,
+        None => writeln!(out, "(not found)")?,
+    }
+    Ok(())
+}
+
+fn print_pairs(
+    out: &mut impl Write,
+    codec: Codec,
+    pairs: &[(Vec<u8>, Vec<u8>)],
+) -> Result<(), Failure> {
+    for (k, v) in pairs {
+        writeln!(out, "{}\t{}", codec.encode(k), codec.encode(v))?;
+    }
+    Ok(())
+}
+
+fn print_commit(out: &mut impl Write, info: CommitInfo) -> Result<(), Failure> {
+    writeln!(
+        out,
+        "OK: committed at {} ({:?})",
+        info.commit_ts, info.protocol
+    )?;
+    Ok(())
+}
