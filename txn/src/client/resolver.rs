@@ -46,8 +46,14 @@ enum Fate {
     Alive,
 }
 
-/// Splits a read's entries into pairs and locks.
-fn split_locked(entries: Vec<Result<KvPair>>) -> Result<Attempt<Vec<KvPair>>> {
+/// Splits a read's entries into pairs and locks. A whole read failing with
+/// `KeyIsLocked` (a region's in-memory lock: a prewrite in flight) is a
+/// lock like the others.
+fn split_locked(read: Result<Vec<Result<KvPair>>>) -> Result<Attempt<Vec<KvPair>>> {
+    let entries = match read {
+        Ok(entries) => entries,
+        Err(e) => return into_lock(e).map(|lock| Attempt::Locked(vec![lock])),
+    };
     let mut pairs = Vec::with_capacity(entries.len());
     let mut locks = Vec::new();
     for entry in entries {
@@ -115,7 +121,7 @@ impl<E: Engine> Inner<E> {
                     keys: keys.clone(),
                     ts,
                     options: options.clone(),
-                })?)
+                }))
             })?);
         }
         Ok(pairs)
@@ -172,7 +178,7 @@ impl<E: Engine> Inner<E> {
                 split_locked(storage.read(Scan {
                     request: request.clone(),
                     options: options.clone(),
-                })?)
+                }))
             })?);
         }
         Ok(pairs)

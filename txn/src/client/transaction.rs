@@ -152,6 +152,11 @@ impl<E: Engine> Transaction<E> {
         limit: usize,
         reverse: bool,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        // An empty range; also, `BTreeMap::range` below panics when the
+        // start is past the end.
+        if end.is_some_and(|end| end <= start) {
+            return Ok(Vec::new());
+        }
         // Own writes can hide snapshot pairs (deletes) or add pairs: read
         // enough of the snapshot that the limit still holds after merging.
         let own = self
