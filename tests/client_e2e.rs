@@ -1,0 +1,1119 @@
+//! End to end through the client, on RocksDB in a temporary directory, over
+//! three regions `[.., "g")`, `["g", "p")`, `["p", ..)`:
+//!
+//! * snapshot isolation: no dirty read, no non-repeatable read, no phantom,
+//!   no lost update (one hot counter, and counters spread over regions
+//!   incremented together); write skew is possible, as SI allows;
+//! * a client that dies mid-commit is finished by the next reader: rolled
+//!   back after a bare 2PC prewrite, committed after a complete
+//!   async-commit prewrite, rolled forward after a committed primary, and
+//!   rolled back when an async-commit secondary was never prewritten; no
+//!   lock is left behind;
+//! * cross-region transfers are seen whole by every snapshot; every kind of
+//!   read waits out a prewrite in flight (a region's memory lock); two
+//!   committers whose prewrites cross do not wait for each other;
+//! * 1PC only for transactions of one region and one batch;
+//! * timestamps never go back across a restart, even with the clock set
+//!   back, and committed data survives a restart;
+//! * scans over the three regions, both ways, with limits and own writes,
+//!   match a model.
+//!
+//! Tests that expire locks run the oracle on a [`ManualClock`]; the others
+//! use [`Client::open_with`] on the system clock.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use percolate::mvcc::{Key, Lock, LockType, TimeStamp, WriteType};
+use percolate::txn::actions::prewrite::{Mutation, PrewriteResult};
+use percolate::txn::cluster::Cluster;
+use percolate::txn::commands::Prewrite;
+use percolate::txn::oracle::{Clock, LocalOracle, ManualClock, TimestampOracle};
+use percolate::txn::storage::StorageConfig;
+use percolate::{Client, ClientConfig, CommitInfo, CommitProtocol, Error, OpenOptions};
+use tempfile::TempDir;
+
+/// The split keys: regions `[.., "g")`, `["g", "p")`, `["p", ..)`.
+fn split_keys() -> Vec<Vec<u8>> {
+    vec![b"g".to_vec(), b"p".to_vec()]
+}
+
+/// A client over the three regions on the system clock.
+struct Db {
+    client: Client,
+    _dir: TempDir,
+}
+
+fn open(config: ClientConfig) -> Db {
+    let dir = tempfile::tempdir().unwrap();
+    let options = OpenOptions {
+        split_keys: split_keys(),
+        client: config,
+        ..Default::default()
+    };
+    Db {
+        client: Client::open_with(dir.path(), options).unwrap(),
+        _dir: dir,
+    }
+}
+
+/// A client over the three regions of `dir` (RocksDB in `dir/db`), its
+/// oracle on `clock`.
+fn open_clocked(dir: &Path, clock: &Arc<ManualClock>, config: ClientConfig) -> Client {
+    let oracle = Arc::new(LocalOracle::open_with_clock(dir, clock.clone()).unwrap());
+    let storage = StorageConfig {
+        initial_max_ts: oracle.get_ts().unwrap(),
+        ..Default::default()
+    };
+    let cluster = Cluster::open(dir.join("db"), split_keys(), storage).unwrap();
+    Client::new(cluster, oracle, config)
+}
+
+/// A client on a manual clock, with its directory.
+struct Clocked {
+    client: Client,
+    clock: Arc<ManualClock>,
+    _dir: TempDir,
+}
+
+fn clocked() -> Clocked {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    Clocked {
+        client: open_clocked(dir.path(), &clock, ClientConfig::default()),
+        clock,
+        _dir: dir,
+    }
+}
+
+impl Clocked {
+    /// Moves the clock forward and waits until the oracle's timestamps
+    /// follow it (its ticker runs every millisecond), so that lock TTLs
+    /// are judged at the new time.
+    fn advance(&self, ms: u64) {
+        self.clock.advance(ms);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.client.oracle().get_ts().unwrap().physical() < self.clock.now_ms() {
+            assert!(
+                Instant::now() < deadline,
+                "the oracle never followed the clock"
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Commits `writes` in one transaction.
+fn commit(client: &Client, writes: &[(&str, &str)]) -> CommitInfo {
+    let mut txn = client.begin().unwrap();
+    for (k, v) in writes {
+        txn.put(k.as_bytes(), v.as_bytes());
+    }
+    txn.commit().unwrap()
+}
+
+fn bytes(s: &str) -> Option<Vec<u8>> {
+    Some(s.as_bytes().to_vec())
+}
+
+/// The keys and values of `pairs` as strings.
+fn strings(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(String, String)> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
+        .collect()
+}
+
+/// A counter's value (absent: 0).
+fn number(value: Option<Vec<u8>>) -> u64 {
+    value.map_or(0, |v| String::from_utf8(v).unwrap().parse().unwrap())
+}
+
+/// Asserts that no region holds a lock of any transaction.
+fn assert_no_locks(client: &Client) {
+    for region in client.cluster().regions() {
+        let locks = region
+            .storage()
+            .scan_lock(
+                Some(Key::from_raw(region.start_key())),
+                region.end_key().map(Key::from_raw),
+                TimeStamp::max(),
+                0,
+            )
+            .unwrap();
+        assert!(locks.is_empty(), "region {}: {locks:?}", region.id());
+    }
+}
+
+/// The newest write record of `key`: (commit_ts, type, start_ts).
+fn newest_write(client: &Client, key: &str) -> (TimeStamp, WriteType, TimeStamp) {
+    let info = client
+        .cluster()
+        .region_for(key.as_bytes())
+        .storage()
+        .mvcc_by_key(Key::from_raw(key.as_bytes()))
+        .unwrap();
+    let (commit_ts, write) = info.writes.first().expect("a write record");
+    (*commit_ts, write.write_type, write.start_ts)
+}
+
+/// Whether `key` carries a rollback of the transaction that started at
+/// `start_ts`: a Rollback record at `start_ts`, or, when another
+/// transaction committed at that very ts (a 1PC or async-commit commit_ts
+/// may equal a later start_ts), the rollback folded into that record.
+fn rolled_back(client: &Client, key: &str, start_ts: TimeStamp) -> bool {
+    let info = client
+        .cluster()
+        .region_for(key.as_bytes())
+        .storage()
+        .mvcc_by_key(Key::from_raw(key.as_bytes()))
+        .unwrap();
+    info.writes.iter().any(|(commit_ts, w)| {
+        *commit_ts == start_ts && (w.write_type == WriteType::Rollback || w.has_overlapped_rollback)
+    })
+}
+
+// ---------------------------------------------------------------------------
+// 1. Snapshot isolation.
+
+#[test]
+fn no_dirty_read_of_buffered_or_prewritten_writes() {
+    let db = open(ClientConfig::default());
+    let client = &db.client;
+    commit(client, &[("a", "old"), ("h", "old")]);
+
+    // Buffered in another transaction: nothing was sent.
+    let mut writer = client.begin().unwrap();
+    writer.put(b"a".to_vec(), b"buffered".to_vec());
+    let reader = client.begin().unwrap();
+    assert_eq!(reader.get(b"a").unwrap(), bytes("old"));
+
+    // Prewritten by a live 2PC transaction (long TTL), not committed: the
+    // reader pushes it past its snapshot and reads the old values.
+    let start_ts = client.oracle().get_ts().unwrap();
+    for k in ["a", "h"] {
+        let prewrite = Prewrite::new(
+            vec![Mutation::put(Key::from_raw(k.as_bytes()), b"new".to_vec())],
+            b"a",
+            start_ts,
+        )
+        .lock_ttl(60_000);
+        let storage = client.cluster().region_for(k.as_bytes()).storage();
+        assert!(storage.prewrite(prewrite).unwrap().locks.is_empty());
+    }
+    let reader = client.begin().unwrap();
+    assert_eq!(reader.get(b"h").unwrap(), bytes("old"));
+    assert_eq!(reader.get(b"a").unwrap(), bytes("old"));
+    assert_eq!(
+        strings(reader.scan(b"", None, 0).unwrap()),
+        [("a".into(), "old".into()), ("h".into(), "old".into())]
+    );
+
+    // The prewritten transaction now commits, after the reader started:
+    // still invisible to it, visible to a later one.
+    let commit_ts = client.oracle().get_ts().unwrap();
+    assert!(commit_ts > reader.start_ts());
+    client
+        .cluster()
+        .region_for(b"a")
+        .storage()
+        .commit(vec![Key::from_raw(b"a")], start_ts, commit_ts)
+        .unwrap();
+    assert_eq!(reader.get(b"a").unwrap(), bytes("old"));
+    assert_eq!(reader.get(b"h").unwrap(), bytes("old"));
+    let later = client.begin().unwrap();
+    assert_eq!(later.get(b"h").unwrap(), bytes("new"));
+    assert_eq!(later.get(b"a").unwrap(), bytes("new"));
+    drop(writer);
+    assert_eq!(client.get_latest(b"a").unwrap(), bytes("new"));
+    assert_no_locks(client);
+}
+
+#[test]
+fn no_non_repeatable_read() {
+    let db = open(ClientConfig::default());
+    let client = &db.client;
+    commit(client, &[("a", "1"), ("h", "1"), ("q", "1")]);
+
+    let reader = client.begin().unwrap();
+    assert_eq!(reader.get(b"a").unwrap(), bytes("1"));
+    assert_eq!(reader.get(b"h").unwrap(), bytes("1"));
+    // Committed after the reader began: an async-commit transaction over
+    // all three regions, then a 1PC one on a single key.
+    let info = commit(client, &[("a", "2"), ("h", "2"), ("q", "2")]);
+    assert_eq!(info.protocol, CommitProtocol::AsyncCommit);
+    assert!(info.commit_ts > reader.start_ts());
+    let info = commit(client, &[("a", "3")]);
+    assert_eq!(info.protocol, CommitProtocol::OnePc);
+
+    // Read again, and "q" for the first time: all from the snapshot.
+    assert_eq!(reader.get(b"a").unwrap(), bytes("1"));
+    assert_eq!(reader.get(b"h").unwrap(), bytes("1"));
+    assert_eq!(reader.get(b"q").unwrap(), bytes("1"));
+    assert_eq!(
+        reader.batch_get(&[b"q", b"h", b"a"]).unwrap(),
+        vec![bytes("1"), bytes("1"), bytes("1")]
+    );
+    let later = client.begin().unwrap();
+    assert_eq!(
+        later.batch_get(&[b"a", b"h", b"q"]).unwrap(),
+        vec![bytes("3"), bytes("2"), bytes("2")]
+    );
+}
+
+#[test]
+fn no_phantom() {
+    let db = open(ClientConfig::default());
+    let client = &db.client;
+    commit(client, &[("b", "0"), ("h", "0"), ("m", "0"), ("pb", "0")]);
+
+    let reader = client.begin().unwrap();
+    let forward = strings(reader.scan(b"c", Some(b"r"), 0).unwrap());
+    let reverse = strings(reader.scan_reverse(b"c", Some(b"r"), 0).unwrap());
+    let keys = |pairs: &[(String, String)]| -> Vec<String> {
+        pairs.iter().map(|(k, _)| k.clone()).collect()
+    };
+    assert_eq!(keys(&forward), ["h", "m", "pb"]);
+
+    // Another transaction inserts into the range in two regions, deletes
+    // one key and changes another.
+    let mut writer = client.begin().unwrap();
+    writer.insert(b"i".to_vec(), b"1".to_vec());
+    writer.insert(b"pa".to_vec(), b"1".to_vec());
+    writer.delete(b"m".to_vec());
+    writer.put(b"h".to_vec(), b"1".to_vec());
+    assert_eq!(
+        writer.commit().unwrap().protocol,
+        CommitProtocol::AsyncCommit
+    );
+
+    assert_eq!(strings(reader.scan(b"c", Some(b"r"), 0).unwrap()), forward);
+    assert_eq!(
+        strings(reader.scan_reverse(b"c", Some(b"r"), 0).unwrap()),
+        reverse
+    );
+    assert_eq!(
+        keys(&strings(reader.scan(b"c", Some(b"r"), 2).unwrap())),
+        ["h", "m"]
+    );
+    let later = client.begin().unwrap();
+    assert_eq!(
+        keys(&strings(later.scan(b"c", Some(b"r"), 0).unwrap())),
+        ["h", "i", "pa", "pb"]
+    );
+}
+
+const THREADS: usize = 8;
+const INCREMENTS: usize = 20;
+
+/// `THREADS` threads increment one counter `INCREMENTS` times each,
+/// committing by `protocol`.
+fn hot_counter(config: ClientConfig, protocol: CommitProtocol) {
+    let db = open(config);
+    let client = &db.client;
+    let succeeded = AtomicU64::new(0);
+    thread::scope(|scope| {
+        for _ in 0..THREADS {
+            scope.spawn(|| {
+                for _ in 0..INCREMENTS {
+                    let ((), info) = client
+                        .with_retry_info(|txn| {
+                            let n = number(txn.get(b"counter")?);
+                            txn.put(b"counter".to_vec(), (n + 1).to_string());
+                            Ok(())
+                        })
+                        .unwrap();
+                    assert_eq!(info.protocol, protocol);
+                    succeeded.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let succeeded = succeeded.load(Ordering::Relaxed);
+    assert_eq!(succeeded, (THREADS * INCREMENTS) as u64);
+    assert_eq!(number(client.get_latest(b"counter").unwrap()), succeeded);
+    // The committed versions, oldest first, count 1, 2, 3, ...: every
+    // increment read the one before it.
+    let info = client
+        .cluster()
+        .region_for(b"counter")
+        .storage()
+        .mvcc_by_key(Key::from_raw(b"counter"))
+        .unwrap();
+    let versions: Vec<u64> = info
+        .writes
+        .iter()
+        .rev()
+        .filter(|(_, w)| w.write_type == WriteType::Put)
+        .map(|(_, w)| number(w.short_value.clone()))
+        .collect();
+    assert_eq!(versions, (1..=succeeded).collect::<Vec<_>>());
+    assert_no_locks(client);
+}
+
+#[test]
+fn no_lost_update_on_a_hot_counter_one_pc() {
+    hot_counter(ClientConfig::default(), CommitProtocol::OnePc);
+}
+
+#[test]
+fn no_lost_update_on_a_hot_counter_async_commit() {
+    let config = ClientConfig {
+        one_pc: false,
+        ..Default::default()
+    };
+    hot_counter(config, CommitProtocol::AsyncCommit);
+}
+
+#[test]
+fn no_lost_update_on_a_hot_counter_two_pc() {
+    let config = ClientConfig {
+        one_pc: false,
+        async_commit: false,
+        ..Default::default()
+    };
+    hot_counter(config, CommitProtocol::TwoPc);
+}
+
+/// Two counters per region.
+const COUNTERS: [&str; 6] = ["a0", "a1", "h0", "h1", "q0", "q1"];
+
+/// `THREADS` threads run `INCREMENTS` transactions each that increment two
+/// or three of [`COUNTERS`], each in a different region, committing by
+/// `protocol`.
+fn spread_counters(config: ClientConfig, protocol: CommitProtocol) {
+    // Two committers whose prewrites cross wait for each other until the
+    // lock-wait deadline (see
+    // `crossing_prewrites_of_two_transactions_do_not_wait_for_each_other`):
+    // a short deadline keeps such stalls short here.
+    let db = open(ClientConfig {
+        resolve_timeout: Duration::from_millis(200),
+        ..config
+    });
+    let client = &db.client;
+    let tally: Vec<AtomicU64> = COUNTERS.iter().map(|_| AtomicU64::new(0)).collect();
+    thread::scope(|scope| {
+        for t in 0..THREADS {
+            let tally = &tally;
+            scope.spawn(move || {
+                for i in 0..INCREMENTS {
+                    let pick = t + i;
+                    let mut chosen = vec![pick % 2, 2 + (pick / 2) % 2];
+                    if pick % 3 == 0 {
+                        chosen.push(4 + (pick / 3) % 2);
+                    }
+                    let ((), info) = client
+                        .with_retry_info(|txn| {
+                            for &c in &chosen {
+                                let n = number(txn.get(COUNTERS[c].as_bytes())?);
+                                txn.put(COUNTERS[c].as_bytes(), (n + 1).to_string());
+                            }
+                            Ok(())
+                        })
+                        .unwrap();
+                    assert_eq!(info.protocol, protocol);
+                    for &c in &chosen {
+                        tally[c].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let reader = client.begin().unwrap();
+    let mut total = 0;
+    for (c, name) in COUNTERS.iter().enumerate() {
+        let value = number(reader.get(name.as_bytes()).unwrap());
+        assert_eq!(value, tally[c].load(Ordering::Relaxed), "{name}");
+        total += value;
+    }
+    let expected: u64 = tally.iter().map(|t| t.load(Ordering::Relaxed)).sum();
+    assert_eq!(total, expected);
+    assert!(total >= (2 * THREADS * INCREMENTS) as u64);
+    assert_no_locks(client);
+}
+
+#[test]
+fn no_lost_update_on_counters_spread_over_regions_async_commit() {
+    spread_counters(ClientConfig::default(), CommitProtocol::AsyncCommit);
+}
+
+#[test]
+fn no_lost_update_on_counters_spread_over_regions_two_pc() {
+    let config = ClientConfig {
+        async_commit: false,
+        ..Default::default()
+    };
+    spread_counters(config, CommitProtocol::TwoPc);
+}
+
+/// Transfers between accounts in all three regions while readers check,
+/// in every snapshot (by point reads and by a scan over the regions), that
+/// the total never changes: a cross-region commit is seen whole or not at
+/// all.
+#[test]
+fn transfers_across_regions_are_seen_whole_by_every_snapshot() {
+    const ACCOUNTS: [&str; 6] = ["a0", "f9", "g0", "o9", "p0", "z9"];
+    const TOTAL: u64 = 600;
+    let db = open(ClientConfig {
+        resolve_timeout: Duration::from_millis(200),
+        ..Default::default()
+    });
+    let client = &db.client;
+    let initial: Vec<(&str, &str)> = ACCOUNTS.iter().map(|a| (*a, "100")).collect();
+    commit(client, &initial);
+    let done = AtomicBool::new(false);
+    let snapshots = AtomicU64::new(0);
+    thread::scope(|scope| {
+        let writers: Vec<_> = (0..4)
+            .map(|t| {
+                scope.spawn(move || {
+                    for i in 0..15 {
+                        let from = ACCOUNTS[(t + i) % 6];
+                        let to = ACCOUNTS[(t + 2 * i + 1) % 6];
+                        if from == to {
+                            continue;
+                        }
+                        client
+                            .with_retry(|txn| {
+                                let a = number(txn.get(from.as_bytes())?);
+                                let b = number(txn.get(to.as_bytes())?);
+                                let amount = a.min(7);
+                                txn.put(from.as_bytes(), (a - amount).to_string());
+                                txn.put(to.as_bytes(), (b + amount).to_string());
+                                Ok(())
+                            })
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..2 {
+            scope.spawn(|| {
+                let keys: Vec<&[u8]> = ACCOUNTS.iter().map(|a| a.as_bytes()).collect();
+                while !done.load(Ordering::Relaxed) {
+                    let txn = client.begin().unwrap();
+                    let sums = txn.batch_get(&keys).and_then(|values| {
+                        let pairs = txn.scan(b"", None, 0)?;
+                        Ok((
+                            values.into_iter().map(number).sum::<u64>(),
+                            pairs.into_iter().map(|(_, v)| number(Some(v))).sum(),
+                        ))
+                    });
+                    match sums {
+                        Ok(sums) => assert_eq!(sums, (TOTAL, TOTAL), "at {:?}", txn.start_ts()),
+                        // A lock of a writer stuck behind another writer
+                        // outlasted the short lock-wait deadline.
+                        Err(e) if e.is_retryable() => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                    snapshots.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        let joined: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
+        done.store(true, Ordering::Relaxed);
+        for writer in joined {
+            writer.unwrap();
+        }
+    });
+    assert!(snapshots.load(Ordering::Relaxed) > 0);
+    let total: u64 = ACCOUNTS
+        .iter()
+        .map(|a| number(client.get_latest(a.as_bytes()).unwrap()))
+        .sum();
+    assert_eq!(total, TOTAL);
+}
+
+/// Holds a memory lock on "h" as an async-commit prewrite in flight does
+/// (published, not yet written), releases it after a while, and runs
+/// `read` meanwhile: the read must wait for the release, then answer.
+fn read_past_a_prewrite_in_flight<T: std::fmt::Debug + PartialEq>(
+    client: &Client,
+    read: impl FnOnce(&percolate::Transaction) -> Result<T, Error>,
+    expected: T,
+) {
+    let lock_ts = client.oracle().get_ts().unwrap();
+    let mut lock = Lock::new(LockType::Put, b"h".to_vec(), lock_ts, 3_000);
+    lock.use_async_commit = true;
+    lock.min_commit_ts = lock_ts.next();
+    let cm = client
+        .cluster()
+        .region_for(b"h")
+        .storage()
+        .concurrency_manager()
+        .clone();
+    let guards = cm.lock_keys([Key::from_raw(b"h")]);
+    guards[0].set_lock(lock);
+    let reader = client.begin().unwrap();
+    let released = AtomicBool::new(false);
+    thread::scope(|scope| {
+        scope.spawn(|| {
+            thread::sleep(Duration::from_millis(100));
+            released.store(true, Ordering::SeqCst);
+            drop(guards);
+        });
+        let answer = read(&reader);
+        assert!(
+            released.load(Ordering::SeqCst),
+            "answered before the prewrite finished: {answer:?}"
+        );
+        assert_eq!(answer.unwrap(), expected);
+    });
+}
+
+/// A region's in-memory lock (an async-commit or 1PC prewrite between
+/// reading `max_ts` and writing its locks) fails a whole read command with
+/// `KeyIsLocked`; every client read waits it out like a lock on disk.
+#[test]
+fn every_read_waits_out_a_prewrite_in_flight() {
+    let db = open(ClientConfig::default());
+    let client = &db.client;
+    commit(client, &[("a", "1"), ("h", "1"), ("q", "1")]);
+    let all = || -> Vec<(String, String)> {
+        ["a", "h", "q"]
+            .iter()
+            .map(|k| (k.to_string(), "1".to_string()))
+            .collect()
+    };
+    read_past_a_prewrite_in_flight(client, |t| t.get(b"h"), bytes("1"));
+    read_past_a_prewrite_in_flight(
+        client,
+        |t| t.batch_get(&[b"a", b"h", b"q"]),
+        vec![bytes("1"), bytes("1"), bytes("1")],
+    );
+    read_past_a_prewrite_in_flight(client, |t| t.scan(b"", None, 0).map(strings), all());
+    let mut reversed = all();
+    reversed.reverse();
+    read_past_a_prewrite_in_flight(
+        client,
+        |t| t.scan_reverse(b"", None, 0).map(strings),
+        reversed,
+    );
+}
+
+/// Write skew is **allowed** under snapshot isolation: two transactions
+/// read the same two keys, each writes the key the other did not, and
+/// neither write conflicts with the other's, so both commit, although no
+/// serial order of the two produces the result. Here the "invariant"
+/// `x + y >= 1` is broken: each transaction saw `x = y = 1` and set one of
+/// them to 0. Guarding the reads with `lock_keys` turns the read keys into
+/// writes and makes the second committer fail.
+#[test]
+fn write_skew_is_allowed_under_snapshot_isolation() {
+    let db = open(ClientConfig::default());
+    let client = &db.client;
+    commit(client, &[("x", "1"), ("b", "1")]);
+    let (x, y): (&[u8], &[u8]) = (b"x", b"b"); // Different regions.
+
+    let mut t1 = client.begin().unwrap();
+    let mut t2 = client.begin().unwrap();
+    for t in [&t1, &t2] {
+        assert_eq!(number(t.get(x).unwrap()) + number(t.get(y).unwrap()), 2);
+    }
+    t1.put(x.to_vec(), b"0".to_vec());
+    t2.put(y.to_vec(), b"0".to_vec());
+    t1.commit().unwrap();
+    t2.commit().unwrap();
+    let after = client.begin().unwrap();
+    assert_eq!(
+        number(after.get(x).unwrap()) + number(after.get(y).unwrap()),
+        0,
+        "both committed: the skew happened"
+    );
+
+    // The same with the reads guarded: the second committer conflicts.
+    commit(client, &[("x", "1"), ("b", "1")]);
+    let mut t1 = client.begin().unwrap();
+    let mut t2 = client.begin().unwrap();
+    for t in [&t1, &t2] {
+        assert_eq!(number(t.get(x).unwrap()) + number(t.get(y).unwrap()), 2);
+    }
+    t1.put(x.to_vec(), b"0".to_vec());
+    t1.lock_keys([y.to_vec()]);
+    t2.put(y.to_vec(), b"0".to_vec());
+    t2.lock_keys([x.to_vec()]);
+    t1.commit().unwrap();
+    let err = t2.commit().unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    let after = client.begin().unwrap();
+    assert_eq!(after.get(x).unwrap(), bytes("0"));
+    assert_eq!(after.get(y).unwrap(), bytes("1"));
+}
+
+/// Two transactions writing the same keys in two regions, started together
+/// many times: their prewrites race, each may lock one key before the
+/// other. Neither may then wait for the other until its lock-wait
+/// deadline: at least one commits, promptly.
+///
+/// Fails at the time of writing, in most runs within a few rounds: each
+/// committer meets the other's lock in its second region, finds the owner
+/// alive (its primary lock kept alive by heart beats, and an async-commit
+/// lock is never pushed), and backs off until `resolve_timeout`
+/// (`Committer::prewrite_all` in `txn/src/client/transaction.rs`); the
+/// first to give up rolls back, and its rollback record then fails the
+/// other with a write conflict. Nothing breaks the cycle before the
+/// deadline (10 s by default).
+#[test]
+fn crossing_prewrites_of_two_transactions_do_not_wait_for_each_other() {
+    let db = open(ClientConfig {
+        resolve_timeout: Duration::from_secs(1),
+        ..Default::default()
+    });
+    let client = &db.client;
+    for round in 0..50 {
+        let barrier = Barrier::new(2);
+        let started = Instant::now();
+        let outcomes: Vec<Result<CommitInfo, Error>> = thread::scope(|scope| {
+            let handles: Vec<_> = (0..2)
+                .map(|t| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        let mut txn = client.begin().unwrap();
+                        txn.put(b"a".to_vec(), format!("{round}-{t}").into_bytes());
+                        txn.put(b"q".to_vec(), format!("{round}-{t}").into_bytes());
+                        barrier.wait();
+                        txn.commit()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let elapsed = started.elapsed();
+        let committed = outcomes.iter().filter(|o| o.is_ok()).count();
+        assert!(
+            committed >= 1 && elapsed < Duration::from_millis(900),
+            "round {round}: {committed} committed in {elapsed:?}: {outcomes:?}"
+        );
+        // Both keys hold the same winner's value.
+        let txn = client.begin().unwrap();
+        assert_eq!(txn.get(b"a").unwrap(), txn.get(b"q").unwrap());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 2. A client that dies mid-commit.
+
+/// Sends the prewrites of a transaction writing `"{key}-new"` to `keys`
+/// (the first one the primary), one command per key, as a client that then
+/// dies. `async_secondaries`: `None` for 2PC, or the secondaries its primary
+/// lock lists (which may include keys never prewritten).
+fn dead_client_prewrite(
+    client: &Client,
+    keys: &[&str],
+    async_secondaries: Option<&[&str]>,
+) -> (TimeStamp, Vec<PrewriteResult>) {
+    let start_ts = client.oracle().get_ts().unwrap();
+    let results = keys
+        .iter()
+        .map(|k| {
+            let mutation =
+                Mutation::put(Key::from_raw(k.as_bytes()), format!("{k}-new").into_bytes());
+            let mut prewrite = Prewrite::new(vec![mutation], keys[0], start_ts).lock_ttl(100);
+            if let Some(secondaries) = async_secondaries {
+                let listed = if *k == keys[0] {
+                    secondaries.iter().map(|s| s.as_bytes().to_vec()).collect()
+                } else {
+                    Vec::new()
+                };
+                prewrite = prewrite.async_commit(listed, TimeStamp::zero());
+            }
+            let storage = client.cluster().region_for(k.as_bytes()).storage();
+            let result = storage.prewrite(prewrite).unwrap();
+            assert!(result.locks.is_empty());
+            result
+        })
+        .collect();
+    (start_ts, results)
+}
+
+/// The committed values of "a", "h" and "q", read by one new transaction
+/// that meets the secondaries' locks first.
+fn read_ahq(client: &Client) -> Vec<String> {
+    let txn = client.begin().unwrap();
+    let mut values: Vec<String> = ["q", "h", "a"]
+        .iter()
+        .map(|k| String::from_utf8(txn.get(k.as_bytes()).unwrap().unwrap()).unwrap())
+        .collect();
+    values.reverse();
+    assert_eq!(
+        strings(txn.scan(b"", None, 0).unwrap())
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect::<Vec<_>>(),
+        values
+    );
+    values
+}
+
+#[test]
+fn a_client_dead_after_a_2pc_prewrite_is_rolled_back_by_the_next_reader() {
+    let s = clocked();
+    let client = &s.client;
+    commit(client, &[("a", "a-old"), ("h", "h-old"), ("q", "q-old")]);
+    let (start_ts, _) = dead_client_prewrite(client, &["a", "h", "q"], None);
+    s.advance(1_000);
+
+    assert_eq!(read_ahq(client), ["a-old", "h-old", "q-old"]);
+    assert_no_locks(client);
+    // The primary carries a (protected) rollback: the transaction can never
+    // commit now. The secondaries need none: their fate is the primary's.
+    assert!(rolled_back(client, "a", start_ts));
+    let commit_ts = client.oracle().get_ts().unwrap();
+    let late = client.cluster().region_for(b"a").storage().commit(
+        vec![Key::from_raw(b"a")],
+        start_ts,
+        commit_ts,
+    );
+    assert!(late.is_err(), "a late commit of the primary: {late:?}");
+    assert_eq!(client.get_latest(b"a").unwrap(), bytes("a-old"));
+}
+
+#[test]
+fn a_client_dead_after_a_complete_async_commit_prewrite_counts_as_committed() {
+    let s = clocked();
+    let client = &s.client;
+    commit(client, &[("a", "a-old"), ("h", "h-old"), ("q", "q-old")]);
+    let (start_ts, results) = dead_client_prewrite(client, &["a", "h", "q"], Some(&["h", "q"]));
+    // What the client would have reported as its commit_ts.
+    let commit_ts = results.iter().map(|r| r.min_commit_ts).max().unwrap();
+    assert!(commit_ts > start_ts);
+    s.advance(1_000);
+
+    assert_eq!(read_ahq(client), ["a-new", "h-new", "q-new"]);
+    assert_no_locks(client);
+    for k in ["a", "h", "q"] {
+        assert_eq!(
+            newest_write(client, k),
+            (commit_ts, WriteType::Put, start_ts),
+            "{k} committed at the commit_ts the client computed"
+        );
+    }
+}
+
+#[test]
+fn a_client_dead_after_committing_the_primary_is_rolled_forward() {
+    let s = clocked();
+    let client = &s.client;
+    commit(client, &[("a", "a-old"), ("h", "h-old"), ("q", "q-old")]);
+    let (start_ts, _) = dead_client_prewrite(client, &["a", "h", "q"], None);
+    let commit_ts = client.oracle().get_ts().unwrap();
+    client
+        .cluster()
+        .region_for(b"a")
+        .storage()
+        .commit(vec![Key::from_raw(b"a")], start_ts, commit_ts)
+        .unwrap();
+
+    // The secondaries' locks have not expired: the committed primary is
+    // enough to roll them forward.
+    assert_eq!(read_ahq(client), ["a-new", "h-new", "q-new"]);
+    assert_no_locks(client);
+    for k in ["a", "h", "q"] {
+        assert_eq!(
+            newest_write(client, k),
+            (commit_ts, WriteType::Put, start_ts),
+            "{k}"
+        );
+    }
+}
+
+#[test]
+fn an_async_commit_transaction_with_a_secondary_never_prewritten_is_rolled_back() {
+    let s = clocked();
+    let client = &s.client;
+    commit(client, &[("a", "a-old"), ("h", "h-old"), ("q", "q-old")]);
+    // The primary lists "h" and "q"; the client died before "q" was sent.
+    let (start_ts, _) = dead_client_prewrite(client, &["a", "h"], Some(&["h", "q"]));
+    s.advance(1_000);
+
+    assert_eq!(read_ahq(client), ["a-old", "h-old", "q-old"]);
+    assert_no_locks(client);
+    // The primary, and the key never prewritten, carry protected
+    // rollbacks: no late prewrite can make every key locked again.
+    assert!(rolled_back(client, "a", start_ts));
+    assert!(rolled_back(client, "q", start_ts));
+    // The missing prewrite, arriving late, cannot lock "q" any more.
+    let late = Prewrite::new(
+        vec![Mutation::put(Key::from_raw(b"q"), b"q-new".to_vec())],
+        b"a",
+        start_ts,
+    )
+    .lock_ttl(100)
+    .async_commit(Vec::new(), TimeStamp::zero());
+    let late = client.cluster().region_for(b"q").storage().prewrite(late);
+    assert!(late.is_err(), "a late prewrite of q: {late:?}");
+    assert_no_locks(client);
+    assert_eq!(client.get_latest(b"q").unwrap(), bytes("q-old"));
+}
+
+// ---------------------------------------------------------------------------
+// 3. The commit protocol follows the regions.
+
+/// Commits `keys` (value `"{key}={round}"`) and checks the protocol, the
+/// data and every key's commit record.
+fn commit_and_check(client: &Client, keys: &[&str], round: usize) -> CommitProtocol {
+    let mut txn = client.begin().unwrap();
+    let start_ts = txn.start_ts();
+    for k in keys {
+        txn.put(k.as_bytes(), format!("{k}={round}"));
+    }
+    let info = txn.commit().unwrap();
+    let reader = client.begin().unwrap();
+    assert!(reader.start_ts() >= info.commit_ts);
+    for k in keys {
+        assert_eq!(
+            reader.get(k.as_bytes()).unwrap(),
+            bytes(&format!("{k}={round}"))
+        );
+        assert_eq!(
+            newest_write(client, k),
+            (info.commit_ts, WriteType::Put, start_ts),
+            "{k}: one commit_ts for the whole transaction"
+        );
+    }
+    assert_no_locks(client);
+    info.protocol
+}
+
+#[test]
+fn one_pc_only_for_transactions_of_one_region_and_one_batch() {
+    use CommitProtocol::{AsyncCommit, OnePc, TwoPc};
+    let db = open(ClientConfig::default());
+    let c = &db.client;
+    assert_eq!(commit_and_check(c, &["a", "b", "c"], 1), OnePc);
+    assert_eq!(commit_and_check(c, &["g", "h", "o"], 2), OnePc);
+    assert_eq!(commit_and_check(c, &["p", "zz"], 3), OnePc);
+    assert_eq!(commit_and_check(c, &["f", "g"], 4), AsyncCommit);
+    assert_eq!(commit_and_check(c, &["a", "h", "q"], 5), AsyncCommit);
+    assert_eq!(commit_and_check(c, &["o", "p"], 6), AsyncCommit);
+
+    let db = open(ClientConfig {
+        async_commit: false,
+        ..Default::default()
+    });
+    let c = &db.client;
+    assert_eq!(commit_and_check(c, &["a", "b"], 1), OnePc);
+    assert_eq!(commit_and_check(c, &["a", "h"], 2), TwoPc);
+    assert_eq!(commit_and_check(c, &["a", "h", "q"], 3), TwoPc);
+
+    let db = open(ClientConfig {
+        max_async_commit_keys: 2,
+        max_batch_keys: 2,
+        ..Default::default()
+    });
+    let c = &db.client;
+    assert_eq!(commit_and_check(c, &["a", "b"], 1), OnePc);
+    assert_eq!(commit_and_check(c, &["a", "h"], 2), AsyncCommit);
+    assert_eq!(
+        commit_and_check(c, &["a", "h", "q"], 3),
+        TwoPc,
+        "too many keys"
+    );
+    assert_eq!(
+        commit_and_check(c, &["a", "b", "c"], 4),
+        TwoPc,
+        "one region, two batches: not 1PC"
+    );
+
+    let db = open(ClientConfig {
+        max_batch_keys: 2,
+        ..Default::default()
+    });
+    assert_eq!(
+        commit_and_check(&db.client, &["a", "b", "c"], 1),
+        AsyncCommit,
+        "one region, two batches: not 1PC"
+    );
+
+    let db = open(ClientConfig {
+        one_pc: false,
+        ..Default::default()
+    });
+    assert_eq!(commit_and_check(&db.client, &["a", "b"], 1), AsyncCommit);
+}
+
+// ---------------------------------------------------------------------------
+// 4. Restarts.
+
+#[test]
+fn the_oracle_never_goes_back_across_restarts_with_the_clock_set_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let mut last = TimeStamp::zero();
+    /// Takes `n` single timestamps and a batch of 100, each above `last`;
+    /// `last` becomes the largest.
+    fn take(oracle: &LocalOracle, n: usize, last: &mut TimeStamp) {
+        for _ in 0..n {
+            let ts = oracle.get_ts().unwrap();
+            assert!(ts > *last, "{ts:?} after {last:?}");
+            *last = ts;
+        }
+        let first = oracle.get_ts_batch(100).unwrap();
+        assert!(first > *last);
+        *last = TimeStamp::new(first.into_inner() + 99);
+    }
+    for restart in 0..3 {
+        let oracle = LocalOracle::open_with_clock(dir.path(), clock.clone()).unwrap();
+        take(&oracle, 1_000, &mut last);
+        // Time passes while timestamps are handed out.
+        for _ in 0..5 {
+            clock.advance(2_000);
+            thread::sleep(Duration::from_millis(5));
+            take(&oracle, 100, &mut last);
+        }
+        drop(oracle);
+        // The clock is set back an hour before the next start.
+        clock.set(clock.now_ms() - 3_600_000);
+        let reopened = LocalOracle::open_with_clock(dir.path(), clock.clone()).unwrap();
+        let ts = reopened.get_ts().unwrap();
+        assert!(ts > last, "restart {restart}: {ts:?} after {last:?}");
+        last = ts;
+    }
+}
+
+#[test]
+fn data_survives_a_client_restart_and_timestamps_move_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = OpenOptions {
+        split_keys: split_keys(),
+        ..Default::default()
+    };
+    let client = Client::open_with(dir.path(), options).unwrap();
+    let one_pc = commit(&client, &[("a", "1"), ("b", "1")]);
+    let async_commit = commit(&client, &[("b", "2"), ("h", "2"), ("q", "2")]);
+    assert_eq!(one_pc.protocol, CommitProtocol::OnePc);
+    assert_eq!(async_commit.protocol, CommitProtocol::AsyncCommit);
+    let last_commit_ts = async_commit.commit_ts;
+    // Dropped at once: async commit's commit records may still be on their
+    // way; the transaction is committed all the same.
+    drop(client);
+
+    let client = Client::open(dir.path()).unwrap();
+    let txn = client.begin().unwrap();
+    assert!(txn.start_ts() > last_commit_ts);
+    assert_eq!(
+        strings(txn.scan(b"", None, 0).unwrap()),
+        [
+            ("a".into(), "1".into()),
+            ("b".into(), "2".into()),
+            ("h".into(), "2".into()),
+            ("q".into(), "2".into())
+        ]
+    );
+    let info = commit(&client, &[("a", "3"), ("q", "3")]);
+    assert!(info.commit_ts > last_commit_ts);
+    assert_eq!(client.get_latest(b"q").unwrap(), bytes("3"));
+}
+
+#[test]
+fn a_restart_with_the_clock_set_back_keeps_commits_ordered() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let client = open_clocked(dir.path(), &clock, ClientConfig::default());
+    let mut last = commit(&client, &[("a", "1"), ("h", "1")]).commit_ts;
+    let one_pc = commit(&client, &[("q", "1")]);
+    assert_eq!(one_pc.protocol, CommitProtocol::OnePc);
+    last = last.max(one_pc.commit_ts);
+    drop(client);
+
+    clock.set(clock.now_ms() - 3_600_000);
+    let client = open_clocked(dir.path(), &clock, ClientConfig::default());
+    let txn = client.begin().unwrap();
+    assert!(txn.start_ts() > last);
+    assert_eq!(
+        txn.batch_get(&[b"a", b"h", b"q"]).unwrap(),
+        vec![bytes("1"), bytes("1"), bytes("1")]
+    );
+    // New commits, by each protocol, land above the old ones: the latest
+    // value is the new one.
+    let one_pc = commit(&client, &[("q", "2")]);
+    let async_commit = commit(&client, &[("a", "2"), ("h", "2")]);
+    assert_eq!(one_pc.protocol, CommitProtocol::OnePc);
+    assert_eq!(async_commit.protocol, CommitProtocol::AsyncCommit);
+    assert!(one_pc.commit_ts > last && async_commit.commit_ts > last);
+    for k in ["a", "h", "q"] {
+        assert_eq!(client.get_latest(k.as_bytes()).unwrap(), bytes("2"), "{k}");
+    }
+    assert_eq!(txn.get(b"a").unwrap(), bytes("1"), "the old snapshot");
+}
+
+// ---------------------------------------------------------------------------
+// 5. Scans across regions.
+
+/// Bounds around and on the split keys "g" and "p".
+const BOUNDS: [&str; 11] = ["", "a", "c", "f", "g", "g0", "m", "p", "pa", "z", "zz"];
+const LIMITS: [usize; 6] = [0, 1, 2, 3, 5, 100];
+
+/// Checks every scan of `txn` over [`BOUNDS`] x [`LIMITS`], both ways,
+/// against `model`.
+fn check_scans(txn: &percolate::Transaction, model: &BTreeMap<String, String>) {
+    for start in BOUNDS {
+        let ends = BOUNDS.iter().map(|e| Some(*e)).chain([None]);
+        for end in ends {
+            let in_range = model
+                .iter()
+                .filter(|(k, _)| k.as_str() >= start && end.is_none_or(|e| k.as_str() < e))
+                .map(|(k, v)| (k.clone(), v.clone()));
+            let ascending: Vec<(String, String)> = in_range.collect();
+            let descending: Vec<(String, String)> = ascending.iter().rev().cloned().collect();
+            for limit in LIMITS {
+                let take = if limit == 0 { usize::MAX } else { limit };
+                let end_bytes = end.map(str::as_bytes);
+                let forward = strings(txn.scan(start.as_bytes(), end_bytes, limit).unwrap());
+                let expected: Vec<_> = ascending.iter().take(take).cloned().collect();
+                assert_eq!(forward, expected, "scan [{start:?}, {end:?}) limit {limit}");
+                let reverse = strings(
+                    txn.scan_reverse(start.as_bytes(), end_bytes, limit)
+                        .unwrap(),
+                );
+                let expected: Vec<_> = descending.iter().take(take).cloned().collect();
+                assert_eq!(
+                    reverse, expected,
+                    "reverse scan [{start:?}, {end:?}) limit {limit}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn scans_across_three_regions_match_a_model_both_ways_with_own_writes() {
+    let db = open(ClientConfig::default());
+    let client = &db.client;
+    let committed = [
+        "a", "b", "c", "d", "f", "fz", "g", "g0", "h", "k", "o", "oz", "p", "pa", "q", "y", "z",
+    ];
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+    let mut txn = client.begin().unwrap();
+    for k in committed {
+        txn.put(k.as_bytes(), format!("{k}-v1"));
+        model.insert(k.into(), format!("{k}-v1"));
+    }
+    txn.commit().unwrap();
+
+    let txn = client.begin().unwrap();
+    check_scans(&txn, &model);
+
+    // Own writes in every region: new keys, overwrites, deletes (at the
+    // split keys too), and a lock that writes nothing.
+    let mut txn = client.begin().unwrap();
+    for k in ["0", "bb", "g", "ga", "n", "p", "pb", "zzz"] {
+        txn.put(k.as_bytes(), format!("{k}-own"));
+        model.insert(k.into(), format!("{k}-own"));
+    }
+    for k in ["a", "f", "fz", "h", "o", "pa", "z", "nothing"] {
+        txn.delete(k.as_bytes());
+        model.remove(k);
+    }
+    txn.lock_keys([b"q".to_vec(), b"e".to_vec()]);
+    check_scans(&txn, &model);
+    txn.commit().unwrap();
+
+    // Committed: a new transaction sees the same.
+    let txn = client.begin().unwrap();
+    check_scans(&txn, &model);
+}
