@@ -386,14 +386,7 @@ const COUNTERS: [&str; 6] = ["a0", "a1", "h0", "h1", "q0", "q1"];
 /// or three of [`COUNTERS`], each in a different region, committing by
 /// `protocol`.
 fn spread_counters(config: ClientConfig, protocol: CommitProtocol) {
-    // Two committers whose prewrites cross wait for each other until the
-    // lock-wait deadline (see
-    // `crossing_prewrites_of_two_transactions_do_not_wait_for_each_other`):
-    // a short deadline keeps such stalls short here.
-    let db = open(ClientConfig {
-        resolve_timeout: Duration::from_millis(200),
-        ..config
-    });
+    let db = open(config);
     let client = &db.client;
     let tally: Vec<AtomicU64> = COUNTERS.iter().map(|_| AtomicU64::new(0)).collect();
     thread::scope(|scope| {
@@ -458,10 +451,7 @@ fn no_lost_update_on_counters_spread_over_regions_two_pc() {
 fn transfers_across_regions_are_seen_whole_by_every_snapshot() {
     const ACCOUNTS: [&str; 6] = ["a0", "f9", "g0", "o9", "p0", "z9"];
     const TOTAL: u64 = 600;
-    let db = open(ClientConfig {
-        resolve_timeout: Duration::from_millis(200),
-        ..Default::default()
-    });
+    let db = open(ClientConfig::default());
     let client = &db.client;
     let initial: Vec<(&str, &str)> = ACCOUNTS.iter().map(|a| (*a, "100")).collect();
     commit(client, &initial);
@@ -649,14 +639,13 @@ fn write_skew_is_allowed_under_snapshot_isolation() {
 /// other. Neither may then wait for the other until its lock-wait
 /// deadline: at least one commits, promptly.
 ///
-/// Fails at the time of writing, in most runs within a few rounds: each
-/// committer meets the other's lock in its second region, finds the owner
-/// alive (its primary lock kept alive by heart beats, and an async-commit
-/// lock is never pushed), and backs off until `resolve_timeout`
-/// (`Committer::prewrite_all` in `txn/src/client/transaction.rs`); the
-/// first to give up rolls back, and its rollback record then fails the
-/// other with a write conflict. Nothing breaks the cycle before the
-/// deadline (10 s by default).
+/// Each committer may meet the other's lock in its second region with the
+/// owner alive (heart beats keep its primary alive; an async-commit lock is
+/// never pushed). Without a rule they would both back off until the
+/// deadline, and the first to give up would leave rollback records that
+/// fail the other with a write conflict. The client's rule is wait-die: the
+/// younger gives way at once and unlocks its keys without rollback records
+/// (`Committer::prewrite_all` in `txn/src/client/transaction.rs`).
 #[test]
 fn crossing_prewrites_of_two_transactions_do_not_wait_for_each_other() {
     let db = open(ClientConfig {

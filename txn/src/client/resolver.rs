@@ -204,12 +204,12 @@ impl<E: Engine> Inner<E> {
                 Attempt::Locked(locks) => locks,
             };
             let before = pushed.len();
-            let all_cleared = self.resolve_locks(&locks, ts, &mut pushed)?;
+            let alive = self.resolve_locks(&locks, ts, &mut pushed)?;
             if pushed.len() != before {
                 options.bypass_locks = pushed.iter().copied().collect::<TsSet>();
             }
-            if !all_cleared {
-                deadline.check(&locks[0].key, &locks[0])?;
+            if let Some(lock) = alive.first() {
+                deadline.check(&lock.key, lock)?;
                 backoff.sleep();
             }
         }
@@ -217,16 +217,16 @@ impl<E: Engine> Inner<E> {
 
     /// Resolves what can be resolved of `locks` for a caller at
     /// `caller_ts`. Transactions pushed past it are added to `pushed`.
-    /// Returns whether every lock was cleared (resolved or pushed), so the
-    /// caller may retry at once.
-    pub(crate) fn resolve_locks(
+    /// Returns the locks of live transactions, which are still in the way
+    /// (none: the caller may retry at once).
+    pub(crate) fn resolve_locks<'l>(
         &self,
-        locks: &[LockInfo],
+        locks: &'l [LockInfo],
         caller_ts: TimeStamp,
         pushed: &mut Vec<TimeStamp>,
-    ) -> Result<bool> {
+    ) -> Result<Vec<&'l LockInfo>> {
         let mut fates: HashMap<TimeStamp, Fate> = HashMap::new();
-        let mut all_cleared = true;
+        let mut alive = Vec::new();
         for lock in locks {
             let fate = match fates.get(&lock.lock_version) {
                 Some(fate) => *fate,
@@ -246,7 +246,7 @@ impl<E: Engine> Inner<E> {
                     continue;
                 }
                 Fate::Alive => {
-                    all_cleared = false;
+                    alive.push(lock);
                     continue;
                 }
             };
@@ -255,7 +255,7 @@ impl<E: Engine> Inner<E> {
                 .storage()
                 .resolve_lock_lite(vec![key(&lock.key)], lock.lock_version, commit_ts)?;
         }
-        Ok(all_cleared)
+        Ok(alive)
     }
 
     /// Asks the primary's region what became of the transaction that owns

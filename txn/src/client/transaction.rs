@@ -11,7 +11,7 @@ use percolate_mvcc::{Key, TimeStamp};
 use super::resolver::into_lock;
 use super::{Backoff, Deadline, Inner, key};
 use crate::actions::prewrite::{Mutation, PrewriteResult};
-use crate::commands::{BatchRollback, Commit, Prewrite};
+use crate::commands::{Commit, Prewrite, Unlock};
 use crate::read::ReadOptions;
 use crate::scheduler::Pending;
 use crate::{Error, Result};
@@ -480,23 +480,30 @@ impl<'a, E: Engine> Committer<'a, E> {
             }
             // A prewrite never reads past a lock: resolve, don't push.
             let mut pushed = Vec::new();
-            let cleared = self
+            let alive = self
                 .client
                 .resolve_locks(&locks, TimeStamp::zero(), &mut pushed)?;
-            if !cleared {
-                deadline.check(&locks[0].key, &locks[0])?;
+            // Wait-die: wait only for younger transactions; give way to an
+            // older one at once. Two committers whose prewrites cross then
+            // never wait for each other: the younger aborts (unlocking its
+            // keys without rollback records) and the older goes on.
+            if let Some(older) = alive.iter().find(|lock| lock.lock_version < self.start_ts) {
+                return Err(percolate_mvcc::Error::KeyIsLocked(Box::new((*older).clone())).into());
+            }
+            if let Some(lock) = alive.first() {
+                deadline.check(&lock.key, lock)?;
                 backoff.sleep();
             }
         }
     }
 
-    /// Rolls back every key of the transaction, without waiting: after a
-    /// failed commit (before the commit point) its locks must not linger
-    /// until they expire.
+    /// Removes this transaction's locks, without waiting, after it gave up
+    /// before its commit point (every prewrite has answered by then: see
+    /// [`Unlock`]), so they do not linger until they expire.
     fn rollback_in_background(&self) {
         for (region, keys) in &self.keys_by_region {
             let storage = self.client.cluster.regions()[*region].storage();
-            forget(storage.sched_write(BatchRollback {
+            forget(storage.sched_write(Unlock {
                 keys: keys.clone(),
                 start_ts: self.start_ts,
             }));

@@ -29,7 +29,7 @@ pub use self::read::{BatchGet, Get, MvccByKey, Scan, ScanLock};
 pub use self::resolve::{
     CheckSecondaryLocks, CheckTxnStatus, Cleanup, ResolveLockLite, SecondaryLocksStatus,
 };
-pub use self::write::{BatchRollback, Commit, Gc, TxnHeartBeat};
+pub use self::write::{BatchRollback, Commit, Gc, TxnHeartBeat, Unlock};
 use crate::Result;
 use crate::concurrency_manager::{ConcurrencyManager, KeyGuard};
 

@@ -1,7 +1,7 @@
 //! Commit, BatchRollback, TxnHeartBeat and Gc.
 
 use percolate_engine::Snapshot;
-use percolate_mvcc::{Key, TimeStamp};
+use percolate_mvcc::{Key, LockType, TimeStamp};
 
 use super::{WriteCommand, WriteContext, WriteResult, for_each_key, require_keys};
 use crate::Result;
@@ -70,6 +70,62 @@ impl WriteCommand for BatchRollback {
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
         require_keys(&self.keys, "rollback needs at least one key")?;
         let (txn, released) = for_each_key(ctx.snapshot, self.start_ts, self.keys, rollback)?;
+        Ok(WriteResult::new(
+            txn,
+            released.into_iter().flatten().collect(),
+        ))
+    }
+}
+
+/// Removes the transaction's own locks from `keys` **without** writing
+/// rollback records: the abort of a coordinator that gave up before its
+/// commit point.
+///
+/// Only the transaction's own coordinator may send it, and only once every
+/// one of its prewrites has answered: then no request of the transaction
+/// is in flight that could lock a key again, and it will never commit, so
+/// the records [`BatchRollback`] leaves (to stop a late prewrite) are not
+/// needed. Leaving none matters: a rollback record at this start_ts is a
+/// write conflict for every older transaction that prewrites the key
+/// later, so an aborting transaction would take down the one it gave way
+/// to. A key locked by another transaction, or not locked, is left alone.
+/// Anyone else who finds the transaction's locks resolves them as usual.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unlock {
+    /// Keys the transaction prewrote (or tried to).
+    pub keys: Vec<Key>,
+    /// The transaction.
+    pub start_ts: TimeStamp,
+}
+
+impl WriteCommand for Unlock {
+    /// The locks removed.
+    type Output = Vec<ReleasedLock>;
+
+    fn latch_keys(&self) -> Vec<Key> {
+        self.keys.clone()
+    }
+
+    fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
+        let start_ts = self.start_ts;
+        let (txn, released) =
+            for_each_key(ctx.snapshot, start_ts, self.keys, |txn, reader, key| {
+                let Some(lock) = reader.load_lock(&key)? else {
+                    return Ok(None);
+                };
+                if lock.ts != start_ts {
+                    return Ok(None);
+                }
+                if lock.lock_type == LockType::Put && lock.short_value.is_none() {
+                    txn.delete_value(key.clone(), start_ts);
+                }
+                txn.unlock_key(key.clone());
+                Ok(Some(ReleasedLock {
+                    key,
+                    start_ts,
+                    commit_ts: TimeStamp::zero(),
+                }))
+            })?;
         Ok(WriteResult::new(
             txn,
             released.into_iter().flatten().collect(),

@@ -285,3 +285,35 @@ fn concurrent_compare_and_swap_increments_lose_no_update() {
     let n = storage.raw_get(b"n".to_vec()).unwrap().unwrap();
     assert_eq!(u64::from_be_bytes(n.try_into().unwrap()), 200);
 }
+
+#[test]
+fn unlock_removes_only_the_transactions_own_locks_and_leaves_no_record() {
+    let storage = storage();
+    let long = vec![b'x'; 300];
+    let mutations = vec![
+        Mutation::put(key("a"), long),
+        Mutation::put(key("b"), b"short".to_vec()),
+    ];
+    storage
+        .prewrite(Prewrite::new(mutations, b"a", ts(10)))
+        .unwrap();
+    prewrite_puts(&storage, &["c".to_string()], 11);
+    let released = storage
+        .write(crate::commands::Unlock {
+            keys: vec![key("a"), key("b"), key("c"), key("d")],
+            start_ts: ts(10),
+        })
+        .unwrap();
+    assert_eq!(released.len(), 2);
+    for k in ["a", "b"] {
+        let info = storage.mvcc_by_key(key(k)).unwrap();
+        assert!(
+            info.lock.is_none() && info.writes.is_empty() && info.values.is_empty(),
+            "{k}: {info}"
+        );
+    }
+    assert_eq!(
+        storage.mvcc_by_key(key("c")).unwrap().lock.unwrap().ts,
+        ts(11)
+    );
+}
