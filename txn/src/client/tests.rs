@@ -195,6 +195,21 @@ fn insert_fails_on_an_existing_key() {
     txn.commit().unwrap();
 }
 
+#[test]
+fn the_empty_key_cannot_be_written() {
+    let s = client();
+    let mut txn = s.client.begin().unwrap();
+    txn.put(b"".to_vec(), b"v".to_vec());
+    txn.put(b"a".to_vec(), b"v".to_vec());
+    let err = txn.commit().unwrap_err();
+    assert!(matches!(err, Error::InvalidRequest { .. }), "{err}");
+    assert_eq!(
+        s.client.get_latest(b"a").unwrap(),
+        None,
+        "nothing was written"
+    );
+}
+
 /// Prewrites like a client that then dies: locks on `keys` with `primary`.
 fn dead_client_prewrite(s: &Setup, keys: &[&str], async_commit: bool) -> TimeStamp {
     let start_ts = s.client.oracle().get_ts().unwrap();

@@ -234,6 +234,12 @@ impl<E: Engine> Transaction<E> {
     /// locks are being rolled back.
     pub fn commit(mut self) -> Result<CommitInfo> {
         let buffer = std::mem::take(&mut self.buffer);
+        if buffer.contains_key(&[][..]) {
+            return Err(Error::InvalidRequest {
+                reason: "a transaction cannot write the empty key",
+                key: None,
+            });
+        }
         if buffer.is_empty() {
             return Ok(CommitInfo {
                 commit_ts: self.start_ts,
