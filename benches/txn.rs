@@ -69,7 +69,7 @@ impl Workload {
         self.engine
             .write(&txn.into_write_batch(), WriteOptions::default())
             .unwrap();
-        let mut reader = MvccReader::new(self.engine.snapshot());
+        let mut reader = MvccReader::new(self.engine.snapshot()).ascending(true);
         let mut txn = MvccTxn::new(start_ts);
         for mutation in mutations {
             black_box(commit(&mut txn, &mut reader, mutation.key, commit_ts).unwrap());

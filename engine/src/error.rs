@@ -26,6 +26,11 @@ pub enum Error {
         /// Name of the missing column family.
         cf: &'static str,
     },
+    /// A cursor gave up: reaching a visible key would have passed more
+    /// hidden entries than its [`IterOptions::max_skipped`](crate::IterOptions::max_skipped).
+    /// Nothing is wrong with the data; seek again or read another way.
+    #[error("iterator passed more than its limit of hidden entries")]
+    Incomplete,
     /// A fault injected by a test engine.
     #[error("injected fault: {reason}")]
     Injected {

@@ -172,6 +172,13 @@ pub struct IterOptions {
     /// Whether blocks read by this iterator enter the block cache. Defaults
     /// to true; set false for one-off full scans (GC, debugging).
     pub fill_cache: bool,
+    /// The most hidden entries (deleted keys, overwritten versions) one
+    /// positioning call may pass on its way to a visible key. A call that
+    /// would pass more fails with [`Error::Incomplete`] and leaves the
+    /// cursor invalid until the next seek. Defaults to `None`, no limit.
+    /// For cursors that are only worth using while they are cheap; engines
+    /// that keep no hidden entries never fail.
+    pub max_skipped: Option<u64>,
 }
 
 impl IterOptions {
@@ -208,6 +215,13 @@ impl IterOptions {
     #[must_use]
     pub fn fill_cache(mut self, fill: bool) -> Self {
         self.fill_cache = fill;
+        self
+    }
+
+    /// Sets the limit of hidden entries one positioning call may pass.
+    #[must_use]
+    pub fn max_skipped(mut self, limit: u64) -> Self {
+        self.max_skipped = Some(limit);
         self
     }
 
@@ -340,6 +354,33 @@ mod tests {
             Some(b"v".to_vec())
         );
         assert_eq!(engine.raw_db().get_cf(cf, b"k").unwrap(), None);
+    }
+
+    #[test]
+    fn rocks_iterator_gives_up_past_its_skip_limit() {
+        let engine = temp_rocks_engine();
+        let mut batch = WriteBatch::new();
+        for i in 0..100u32 {
+            batch.put(Cf::Lock, format!("k{i:03}").into_bytes(), b"v".to_vec());
+        }
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        let mut batch = WriteBatch::new();
+        for i in 0..99u32 {
+            batch.delete(Cf::Lock, format!("k{i:03}").into_bytes());
+        }
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        let snapshot = engine.snapshot();
+        let mut it = snapshot
+            .iter(Cf::Lock, IterOptions::new().max_skipped(10))
+            .unwrap();
+        assert!(matches!(it.seek(b"k000"), Err(Error::Incomplete)));
+        assert!(!it.valid().unwrap());
+        // Few hidden entries on the way: fine, and the cursor recovers.
+        assert!(it.seek(b"k095").unwrap());
+        assert_eq!(it.key(), b"k099");
+        let mut unlimited = snapshot.iter(Cf::Lock, IterOptions::new()).unwrap();
+        assert!(unlimited.seek(b"k000").unwrap());
+        assert_eq!(unlimited.key(), b"k099");
     }
 
     #[test]

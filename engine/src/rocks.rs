@@ -127,7 +127,13 @@ impl RocksEngine {
         let cache = Cache::new_lru_cache(options.block_cache_bytes);
         let cfs = Cf::ALL
             .iter()
-            .map(|&cf| ColumnFamilyDescriptor::new(cf.name(), cf_options(cf, options, &cache)));
+            .map(|&cf| {
+                Ok(ColumnFamilyDescriptor::new(
+                    cf.name(),
+                    cf_options(cf, options, &cache)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let db = DB::open_cf_descriptors(&db_options(options), &path, cfs)?;
         for cf in Cf::ALL {
             if db.cf_handle(cf.name()).is_none() {
@@ -174,7 +180,7 @@ fn db_options(options: &RocksOptions) -> Options {
     opts
 }
 
-fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Options {
+fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Result<Options> {
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(cache);
     table.set_bloom_filter(options.bloom_bits_per_key, false);
@@ -209,7 +215,7 @@ fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Options {
         opts.set_memtable_prefix_bloom_ratio(0.1);
     }
     opts.set_block_based_table_factory(&table);
-    opts
+    Ok(opts)
 }
 
 /// The prefix extractor of the write CF: the stored key without its ts.
@@ -351,6 +357,10 @@ impl Snapshot for RocksSnapshot {
             None => vec![DATA_END],
         });
         read.fill_cache(options.fill_cache);
+        if let Some(limit) = options.max_skipped {
+            // RocksDB reads 0 as "no limit": a limit of 0 becomes 1.
+            read.set_max_skippable_internal_keys(limit.max(1));
+        }
         match options.seek_mode {
             SeekMode::TotalOrder => read.set_total_order_seek(true),
             SeekMode::Prefix => read.set_prefix_same_as_start(true),
@@ -408,7 +418,10 @@ impl RocksIterator {
         let it = self.cell.borrow_dependent();
         self.valid = it.valid();
         if !self.valid {
-            it.status()?;
+            it.status().map_err(|e| match e.kind() {
+                rocksdb::ErrorKind::Incomplete => Error::Incomplete,
+                _ => Error::Rocks(e),
+            })?;
         }
         Ok(self.valid)
     }

@@ -432,7 +432,10 @@ fn prewrite_all<S: Snapshot>(
     secondaries: Option<&[Vec<u8>]>,
 ) -> Result<(MvccTxn, PrewriteResult)> {
     let mut txn = MvccTxn::new(props.start_ts);
-    let mut reader = MvccReader::new(snapshot.clone());
+    let ascending = mutations
+        .windows(2)
+        .all(|pair| pair[0].key.as_encoded() < pair[1].key.as_encoded());
+    let mut reader = MvccReader::new(snapshot.clone()).ascending(ascending);
     let mut result = PrewriteResult::default();
     let mut one_pc_locks = Vec::new();
     for mutation in mutations {
@@ -521,4 +524,81 @@ fn commit_one_pc(txn: &mut MvccTxn, locks: Vec<(Key, Lock)>, commit_ts: TimeStam
         txn.put_write(key, commit_ts, &write);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use percolate_engine::testing::temp_rocks_engine;
+    use percolate_engine::{Engine, MemoryEngine};
+    use percolate_mvcc::{Key, LockType};
+
+    use super::*;
+    use crate::testing::TxnFixture;
+
+    fn raw(i: usize) -> Vec<u8> {
+        format!("key{i:03}").into_bytes()
+    }
+
+    fn batch(keys: std::ops::Range<usize>) -> Vec<Mutation> {
+        keys.map(|i| Mutation::put(Key::from_raw(&raw(i)), b"v".to_vec()))
+            .collect()
+    }
+
+    /// Sorted batches take the reader's forward cursors: a conflict or a
+    /// lock on a key in the middle of the batch, between keys without
+    /// records, is still found, and keys after it are still checked.
+    fn sorted_batch_finds_what_is_in_the_middle<E: Engine>(engine: E) {
+        let f = TxnFixture::new(engine);
+        f.must_prewrite_put(&raw(5), b"old", &raw(5), 10);
+        f.must_commit(&raw(5), 10, 20);
+        f.must_prewrite_put(&raw(8), b"other", &raw(8), 12);
+
+        // Started before the commit at 20: a write conflict on key 5.
+        let err = f.assert_unchanged(|| {
+            f.prewrite(&TxnFixture::<E>::props(&raw(0), 15), batch(0..10), None)
+        });
+        assert!(
+            matches!(
+                err,
+                Err(Error::Mvcc(percolate_mvcc::Error::WriteConflict { ref key, .. })) if *key == Key::from_raw(&raw(5))
+            ),
+            "{err:?}"
+        );
+
+        // Started after it: only key 8's lock stands in the way.
+        let result = f.assert_unchanged(|| {
+            f.prewrite(&TxnFixture::<E>::props(&raw(0), 30), batch(0..10), None)
+                .unwrap()
+        });
+        assert_eq!(result.locks.len(), 1, "{:?}", result.locks);
+        assert!(
+            matches!(
+                &result.locks[0],
+                Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info)) if info.key == raw(8)
+            ),
+            "{:?}",
+            result.locks
+        );
+
+        // Once it is gone every key gets its lock.
+        f.must_commit(&raw(8), 12, 25);
+        f.must_prewrite_mutations(&TxnFixture::<E>::props(&raw(0), 30), batch(0..10), None);
+        for i in 0..10 {
+            assert_eq!(f.must_locked(&raw(i), 30).lock_type, LockType::Put);
+        }
+        // And a retry of the same request is answered from its own locks.
+        f.assert_unchanged(|| {
+            f.must_prewrite_mutations(&TxnFixture::<E>::props(&raw(0), 30), batch(0..10), None)
+        });
+    }
+
+    #[test]
+    fn sorted_batch_finds_what_is_in_the_middle_on_memory() {
+        sorted_batch_finds_what_is_in_the_middle(MemoryEngine::new());
+    }
+
+    #[test]
+    fn sorted_batch_finds_what_is_in_the_middle_on_rocks() {
+        sorted_batch_finds_what_is_in_the_middle(temp_rocks_engine());
+    }
 }
