@@ -73,11 +73,12 @@ impl Region {
         Prewrite::new(mutations, primary, start_ts)
     }
 
-    /// `n` one-key prewrites of new keys (built here, outside the timing).
-    fn prewrites(&self, n: usize) -> Vec<Prewrite> {
+    /// `n` prewrites of `keys` new keys each (built here, outside the
+    /// timing).
+    fn prewrites(&self, n: usize, keys: usize) -> Vec<Prewrite> {
         (0..n)
             .map(|_| {
-                let (start_ts, keys) = self.keys(1);
+                let (start_ts, keys) = self.keys(keys);
                 self.prewrite(start_ts, &keys)
             })
             .collect()
@@ -165,22 +166,26 @@ enum Protocol {
 }
 
 fn bench_workers(c: &mut Criterion) {
-    const COMMANDS: usize = 4096;
+    const COMMANDS: usize = 2048;
     let one = Region::new(1);
     let two = Region::new(2);
-    support::print_ratio_prepared(
-        "Storage prewrite commands/s, 2 workers / 1 worker, disjoint keys (target >= 1.7)",
-        COMMANDS as u64,
-        9,
-        (|| two.prewrites(COMMANDS), |cmds| two.pipelined(cmds)),
-        (|| one.prewrites(COMMANDS), |cmds| one.pipelined(cmds)),
-    );
+    for keys in [1, 16] {
+        support::print_ratio_prepared(
+            &format!(
+                "Storage {keys}-key prewrite commands/s, 2 workers / 1 worker, disjoint keys (target >= 1.7)"
+            ),
+            COMMANDS as u64,
+            9,
+            (|| two.prewrites(COMMANDS, keys), |cmds| two.pipelined(cmds)),
+            (|| one.prewrites(COMMANDS, keys), |cmds| one.pipelined(cmds)),
+        );
+    }
     let mut group = c.benchmark_group("storage_pipelined_prewrite");
     group.sample_size(10);
     for (workers, region) in [(1, &one), (2, &two)] {
         group.bench_with_input(BenchmarkId::new("workers", workers), &workers, |b, _| {
             b.iter_batched(
-                || region.prewrites(WINDOW),
+                || region.prewrites(WINDOW, 1),
                 |cmds| region.pipelined(cmds),
                 BatchSize::SmallInput,
             )
