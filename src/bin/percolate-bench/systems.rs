@@ -1,0 +1,570 @@
+//! The systems side by side: raw RocksDB (the floor), RocksDB's
+//! TransactionDB, fjall's optimistic transactions, and percolate committing
+//! by 1PC, 2PC and async commit. Each runs every [`Op`] as one transaction
+//! (raw RocksDB: one read or one write batch), retrying conflicts with the
+//! same backoff percolate's `Client::with_retry` uses.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use percolate::engine::Durability;
+use percolate::txn::scheduler::SchedulerConfig;
+use percolate::txn::storage::StorageConfig;
+use percolate::{Client, ClientConfig, CommitProtocol, OpenOptions};
+use rocksdb::{
+    BlockBasedOptions, Cache, DB, DBCompressionType, ErrorKind, MultiThreaded, Options,
+    ReadOptions, TransactionDB, TransactionDBOptions, TransactionOptions, WriteBatch,
+    WriteBatchWithTransaction, WriteOptions,
+};
+
+use crate::workload::{INITIAL_COUNTER, Op, counter, record_key, transfer, value};
+
+/// Any error that stops a run.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Attempts at one operation before it counts as aborted (percolate's
+/// `ClientConfig::max_retries` default).
+pub const MAX_ATTEMPTS: u32 = 64;
+
+/// How one operation ended.
+#[derive(Debug)]
+pub enum OpError {
+    /// Gave up after [`MAX_ATTEMPTS`] conflicts.
+    Aborted,
+    /// Anything else: the run stops.
+    Failed(BoxError),
+}
+
+/// The systems the runner knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Kind {
+    /// `rocksdb::DB` and `WriteBatch`, no transactions.
+    Raw,
+    /// `rocksdb::TransactionDB`, pessimistic, with a snapshot per
+    /// transaction.
+    Txndb,
+    /// fjall's `OptimisticTxDatabase`.
+    Fjall,
+    /// percolate, one region: 1PC.
+    OnePc,
+    /// percolate, several regions, 1PC and async commit off: 2PC.
+    TwoPc,
+    /// percolate, several regions, 1PC off: async commit.
+    Async,
+}
+
+impl Kind {
+    /// The name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Raw => "rocksdb-raw",
+            Kind::Txndb => "rocksdb-txndb",
+            Kind::Fjall => "fjall-optimistic",
+            Kind::OnePc => "percolate-1pc",
+            Kind::TwoPc => "percolate-2pc",
+            Kind::Async => "percolate-async",
+        }
+    }
+
+    /// What a transaction on it guarantees, and how the runner uses it.
+    pub fn guarantee(self, regions: usize) -> String {
+        match self {
+            Kind::Raw => "no transactions: each WriteBatch is atomic, reads see the latest \
+                          data, a read-modify-write or transfer can lose updates (the floor)"
+                .into(),
+            Kind::Txndb => "snapshot isolation: pessimistic TransactionDB, set_snapshot at \
+                            begin, reads at the snapshot, get_for_update for read-modify-write \
+                            and transfers, a write to a key written since the snapshot fails \
+                            (Busy) and the transaction is retried"
+                .into(),
+            Kind::Fjall => "serializable: fjall 3 OptimisticTxDatabase, read and write sets \
+                            checked at commit (SSI), Conflict retried; read-only ops on read_tx \
+                            snapshots"
+                .into(),
+            Kind::OnePc => "snapshot isolation: Percolator/TiKV MVCC on RocksDB, 1 region, \
+                            prewrite and commit in one atomic write (1PC), commit_ts from \
+                            max_ts; conflicts retried by Client::with_retry"
+                .into(),
+            Kind::TwoPc => format!(
+                "snapshot isolation across {regions} regions: Percolator 2PC (parallel \
+                 prewrite, commit_ts from the oracle, primary commit is the commit point)"
+            ),
+            Kind::Async => format!(
+                "snapshot isolation across {regions} regions: async commit (committed when \
+                 every prewrite succeeded, commit_ts = max min_commit_ts, no oracle call)"
+            ),
+        }
+    }
+}
+
+/// How every system is opened.
+#[derive(Clone, Copy, Debug)]
+pub struct Setup {
+    /// Sync the log before a commit returns.
+    pub durable: bool,
+    /// Regions of the several-region percolate systems.
+    pub regions: usize,
+    /// Records loaded (the regions split them evenly).
+    pub records: u64,
+}
+
+/// A system under test.
+pub trait System: Send + Sync {
+    /// Writes records `[first, first + count)` with `value_len`-byte values.
+    fn load(&self, first: u64, count: u64, value_len: usize) -> Result<(), BoxError>;
+
+    /// Runs `op` as one transaction; returns the conflicts retried.
+    fn execute(&self, op: &Op, value_len: usize) -> Result<u32, OpError>;
+
+    /// Commits by protocol so far (percolate only): 1PC, async, 2PC.
+    fn protocols(&self) -> Option<[u32; 3]> {
+        None
+    }
+}
+
+/// Opens `kind` in `dir`.
+pub fn open(kind: Kind, dir: &Path, setup: Setup) -> Result<Box<dyn System>, BoxError> {
+    Ok(match kind {
+        Kind::Raw => Box::new(Raw::open(dir, setup)?),
+        Kind::Txndb => Box::new(TxnDb::open(dir, setup)?),
+        Kind::Fjall => Box::new(Fjall::open(dir, setup)?),
+        Kind::OnePc | Kind::TwoPc | Kind::Async => Box::new(Percolate::open(kind, dir, setup)?),
+    })
+}
+
+/// RocksDB options as percolate's `RocksEngine` sets its CFs: a 128 MiB
+/// shared LRU block cache, 10-bit bloom filters, 64 MiB memtables, no
+/// compression on L0-L1, lz4 on L2-L4, zstd below, 2 background jobs.
+fn rocks_options() -> Options {
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&Cache::new_lru_cache(128 << 20));
+    table.set_bloom_filter(10.0, false);
+    table.set_format_version(5);
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.set_max_background_jobs(2);
+    opts.set_bytes_per_sync(1 << 20);
+    opts.set_wal_bytes_per_sync(512 << 10);
+    opts.set_write_buffer_size(64 << 20);
+    opts.set_compression_per_level(&[
+        DBCompressionType::None,
+        DBCompressionType::None,
+        DBCompressionType::Lz4,
+        DBCompressionType::Lz4,
+        DBCompressionType::Lz4,
+        DBCompressionType::Zstd,
+        DBCompressionType::Zstd,
+    ]);
+    opts.set_block_based_table_factory(&table);
+    opts
+}
+
+fn write_options(durable: bool) -> WriteOptions {
+    let mut opts = WriteOptions::default();
+    opts.set_sync(durable);
+    opts
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or conflicted
+/// [`MAX_ATTEMPTS`] times; sleeps a jittered, doubling backoff (2 ms to
+/// 200 ms, as `Client::with_retry`) between attempts. `attempt` answers
+/// `Ok(None)` for a conflict.
+fn retry(mut attempt: impl FnMut() -> Result<Option<()>, BoxError>) -> Result<u32, OpError> {
+    let mut backoff = Duration::from_millis(2);
+    for retries in 0..MAX_ATTEMPTS {
+        match attempt() {
+            Ok(Some(())) => return Ok(retries),
+            Ok(None) => {
+                let nanos = backoff.as_nanos() as u64;
+                std::thread::sleep(Duration::from_nanos(rand::random_range(0..=nanos)));
+                backoff = (backoff * 2).min(Duration::from_millis(200));
+            }
+            Err(e) => return Err(OpError::Failed(e)),
+        }
+    }
+    Err(OpError::Aborted)
+}
+
+/// Raw RocksDB: the floor.
+struct Raw {
+    db: DB,
+    write: WriteOptions,
+}
+
+impl Raw {
+    fn open(dir: &Path, setup: Setup) -> Result<Self, BoxError> {
+        Ok(Raw {
+            db: DB::open(&rocks_options(), dir)?,
+            write: write_options(setup.durable),
+        })
+    }
+
+    fn write(&self, pairs: impl IntoIterator<Item = (u64, Vec<u8>)>) -> Result<(), BoxError> {
+        let mut batch = WriteBatch::default();
+        for (k, v) in pairs {
+            batch.put(record_key(k), v);
+        }
+        Ok(self.db.write_opt(batch, &self.write)?)
+    }
+}
+
+impl System for Raw {
+    fn load(&self, first: u64, count: u64, value_len: usize) -> Result<(), BoxError> {
+        self.write((first..first + count).map(|k| (k, value(INITIAL_COUNTER, value_len))))
+    }
+
+    fn execute(&self, op: &Op, value_len: usize) -> Result<u32, OpError> {
+        let run = || -> Result<(), BoxError> {
+            match op {
+                Op::Read(k) => {
+                    std::hint::black_box(self.db.get_pinned(record_key(*k))?);
+                }
+                Op::Update(k) | Op::Insert(k) => {
+                    self.write([(*k, value(INITIAL_COUNTER, value_len))])?
+                }
+                Op::Scan { start, len } => {
+                    let mut it = self.db.raw_iterator();
+                    it.seek(record_key(*start));
+                    for _ in 0..*len {
+                        if !it.valid() {
+                            break;
+                        }
+                        std::hint::black_box((it.key(), it.value()));
+                        it.next();
+                    }
+                    it.status()?;
+                }
+                Op::ReadModifyWrite(k) => {
+                    let c = counter(self.db.get_pinned(record_key(*k))?.as_deref());
+                    self.write([(*k, value(c.wrapping_add(1), value_len))])?;
+                }
+                Op::Transfer(keys) => {
+                    let mut counters = Vec::with_capacity(keys.len());
+                    for k in keys {
+                        counters.push(counter(self.db.get_pinned(record_key(*k))?.as_deref()));
+                    }
+                    let moved = transfer(&counters);
+                    self.write(
+                        keys.iter()
+                            .zip(moved)
+                            .map(|(k, c)| (*k, value(c, value_len))),
+                    )?;
+                }
+            }
+            Ok(())
+        };
+        run().map(|()| 0).map_err(OpError::Failed)
+    }
+}
+
+/// RocksDB's TransactionDB (pessimistic), each transaction with a snapshot
+/// taken at begin: reads at the snapshot, and a write to a key someone
+/// wrote after it fails with `Busy` (snapshot isolation).
+struct TxnDb {
+    db: TransactionDB<MultiThreaded>,
+    write: WriteOptions,
+    txn: TransactionOptions,
+}
+
+/// Conflicts and lock timeouts are retried; other errors are not.
+fn txndb_conflict(e: rocksdb::Error) -> Result<Option<()>, BoxError> {
+    match e.kind() {
+        ErrorKind::Busy | ErrorKind::TimedOut | ErrorKind::TryAgain => Ok(None),
+        _ => Err(e.into()),
+    }
+}
+
+impl TxnDb {
+    fn open(dir: &Path, setup: Setup) -> Result<Self, BoxError> {
+        let mut txn = TransactionOptions::default();
+        txn.set_snapshot(true);
+        Ok(TxnDb {
+            db: TransactionDB::open(&rocks_options(), &TransactionDBOptions::default(), dir)?,
+            write: write_options(setup.durable),
+            txn,
+        })
+    }
+
+    fn attempt(&self, op: &Op, value_len: usize) -> Result<(), rocksdb::Error> {
+        let txn = self.db.transaction_opt(&self.write, &self.txn);
+        let snapshot = txn.snapshot();
+        let mut read = ReadOptions::default();
+        read.set_snapshot(&snapshot);
+        match op {
+            Op::Read(k) => {
+                std::hint::black_box(txn.get_pinned_opt(record_key(*k), &read)?);
+            }
+            Op::Update(k) | Op::Insert(k) => {
+                txn.put(record_key(*k), value(INITIAL_COUNTER, value_len))?
+            }
+            Op::Scan { start, len } => {
+                let mut it = txn.raw_iterator_opt(read);
+                it.seek(record_key(*start));
+                for _ in 0..*len {
+                    if !it.valid() {
+                        break;
+                    }
+                    std::hint::black_box((it.key(), it.value()));
+                    it.next();
+                }
+                it.status()?;
+                drop(it);
+            }
+            Op::ReadModifyWrite(k) => {
+                let key = record_key(*k);
+                let c = counter(txn.get_pinned_for_update_opt(&key, true, &read)?.as_deref());
+                txn.put(key, value(c.wrapping_add(1), value_len))?;
+            }
+            Op::Transfer(keys) => {
+                let mut counters = Vec::with_capacity(keys.len());
+                for k in keys {
+                    let v = txn.get_pinned_for_update_opt(record_key(*k), true, &read)?;
+                    counters.push(counter(v.as_deref()));
+                }
+                for (k, c) in keys.iter().zip(transfer(&counters)) {
+                    txn.put(record_key(*k), value(c, value_len))?;
+                }
+            }
+        }
+        drop(snapshot);
+        txn.commit()
+    }
+}
+
+impl System for TxnDb {
+    fn load(&self, first: u64, count: u64, value_len: usize) -> Result<(), BoxError> {
+        let mut batch = WriteBatchWithTransaction::<true>::default();
+        for k in first..first + count {
+            batch.put(record_key(k), value(INITIAL_COUNTER, value_len));
+        }
+        Ok(self.db.write_opt(batch, &self.write)?)
+    }
+
+    fn execute(&self, op: &Op, value_len: usize) -> Result<u32, OpError> {
+        retry(|| match self.attempt(op, value_len) {
+            Ok(()) => Ok(Some(())),
+            Err(e) => txndb_conflict(e),
+        })
+    }
+}
+
+/// fjall 3's optimistic transactions over one keyspace.
+struct Fjall {
+    db: fjall::OptimisticTxDatabase,
+    table: fjall::OptimisticTxKeyspace,
+    persist: Option<fjall::PersistMode>,
+}
+
+impl Fjall {
+    fn open(dir: &Path, setup: Setup) -> Result<Self, BoxError> {
+        let db = fjall::OptimisticTxDatabase::builder(dir)
+            .cache_size(128 << 20)
+            .open()?;
+        let table = db.keyspace("usertable", fjall::KeyspaceCreateOptions::default)?;
+        Ok(Fjall {
+            db,
+            table,
+            // Buffered is fjall's default for a transaction (flushed to the
+            // OS at commit); SyncData is its fdatasync mode.
+            persist: Some(if setup.durable {
+                fjall::PersistMode::SyncData
+            } else {
+                fjall::PersistMode::Buffer
+            }),
+        })
+    }
+
+    fn write_tx(&self) -> Result<fjall::OptimisticWriteTx, BoxError> {
+        Ok(self.db.write_tx()?.durability(self.persist))
+    }
+
+    fn commit(tx: fjall::OptimisticWriteTx) -> Result<Option<()>, BoxError> {
+        Ok(tx.commit()?.ok())
+    }
+
+    fn attempt(&self, op: &Op, value_len: usize) -> Result<Option<()>, BoxError> {
+        use fjall::Readable as _;
+        match op {
+            Op::Read(k) => {
+                std::hint::black_box(self.db.read_tx().get(&self.table, record_key(*k))?);
+                Ok(Some(()))
+            }
+            Op::Scan { start, len } => {
+                let snapshot = self.db.read_tx();
+                for guard in snapshot.range(&self.table, record_key(*start)..).take(*len) {
+                    std::hint::black_box(guard.into_inner()?);
+                }
+                Ok(Some(()))
+            }
+            Op::Update(k) | Op::Insert(k) => {
+                let mut tx = self.write_tx()?;
+                tx.insert(
+                    &self.table,
+                    record_key(*k),
+                    value(INITIAL_COUNTER, value_len),
+                );
+                Self::commit(tx)
+            }
+            Op::ReadModifyWrite(k) => {
+                let mut tx = self.write_tx()?;
+                let key = record_key(*k);
+                let c = counter(tx.get(&self.table, &key)?.as_deref());
+                tx.insert(&self.table, key, value(c.wrapping_add(1), value_len));
+                Self::commit(tx)
+            }
+            Op::Transfer(keys) => {
+                let mut tx = self.write_tx()?;
+                let mut counters = Vec::with_capacity(keys.len());
+                for k in keys {
+                    counters.push(counter(tx.get(&self.table, record_key(*k))?.as_deref()));
+                }
+                for (k, c) in keys.iter().zip(transfer(&counters)) {
+                    tx.insert(&self.table, record_key(*k), value(c, value_len));
+                }
+                Self::commit(tx)
+            }
+        }
+    }
+}
+
+impl System for Fjall {
+    fn load(&self, first: u64, count: u64, value_len: usize) -> Result<(), BoxError> {
+        let mut tx = self.write_tx()?;
+        for k in first..first + count {
+            tx.insert(
+                &self.table,
+                record_key(k),
+                value(INITIAL_COUNTER, value_len),
+            );
+        }
+        Self::commit(tx)?.ok_or_else(|| "load conflicted".into())
+    }
+
+    fn execute(&self, op: &Op, value_len: usize) -> Result<u32, OpError> {
+        retry(|| self.attempt(op, value_len))
+    }
+}
+
+/// percolate through its client.
+struct Percolate {
+    client: Client,
+    /// Commits by protocol: 1PC, async commit, 2PC.
+    protocols: [AtomicU32; 3],
+}
+
+impl Percolate {
+    fn open(kind: Kind, dir: &Path, setup: Setup) -> Result<Self, BoxError> {
+        let regions = if kind == Kind::OnePc {
+            1
+        } else {
+            setup.regions.max(1) as u64
+        };
+        let split_keys = (1..regions)
+            .map(|i| record_key(i * setup.records / regions))
+            .collect();
+        let client = ClientConfig {
+            one_pc: kind == Kind::OnePc,
+            async_commit: kind != Kind::TwoPc,
+            ..ClientConfig::default()
+        };
+        let durability = if setup.durable {
+            Durability::Sync
+        } else {
+            Durability::Buffered
+        };
+        let storage = StorageConfig {
+            scheduler: SchedulerConfig {
+                durability,
+                ..SchedulerConfig::default()
+            },
+            ..StorageConfig::default()
+        };
+        let options = OpenOptions {
+            split_keys,
+            client,
+            storage,
+        };
+        Ok(Percolate {
+            client: Client::open_with(dir, options)?,
+            protocols: Default::default(),
+        })
+    }
+
+    fn count(&self, protocol: CommitProtocol) {
+        let slot = match protocol {
+            CommitProtocol::OnePc => 0,
+            CommitProtocol::AsyncCommit => 1,
+            CommitProtocol::TwoPc => 2,
+            _ => return,
+        };
+        self.protocols[slot].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl System for Percolate {
+    fn load(&self, first: u64, count: u64, value_len: usize) -> Result<(), BoxError> {
+        // One transaction per prewrite batch (64 keys by default).
+        let batch = self.client.config().max_batch_keys as u64;
+        let mut k = first;
+        while k < first + count {
+            let end = (k + batch).min(first + count);
+            self.client.with_retry(|txn| {
+                for n in k..end {
+                    txn.put(record_key(n), value(INITIAL_COUNTER, value_len));
+                }
+                Ok(())
+            })?;
+            k = end;
+        }
+        Ok(())
+    }
+
+    fn execute(&self, op: &Op, value_len: usize) -> Result<u32, OpError> {
+        let mut attempts = 0u32;
+        let outcome = self.client.with_retry_info(|txn| {
+            attempts += 1;
+            match op {
+                Op::Read(k) => {
+                    std::hint::black_box(txn.get(&record_key(*k))?);
+                }
+                Op::Update(k) | Op::Insert(k) => {
+                    txn.put(record_key(*k), value(INITIAL_COUNTER, value_len))
+                }
+                Op::Scan { start, len } => {
+                    std::hint::black_box(txn.scan(&record_key(*start), None, *len)?);
+                }
+                Op::ReadModifyWrite(k) => {
+                    let key = record_key(*k);
+                    let c = counter(txn.get(&key)?.as_deref());
+                    txn.put(key, value(c.wrapping_add(1), value_len));
+                }
+                Op::Transfer(keys) => {
+                    let raw: Vec<Vec<u8>> = keys.iter().map(|k| record_key(*k)).collect();
+                    let refs: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
+                    let counters: Vec<u64> = txn
+                        .batch_get(&refs)?
+                        .iter()
+                        .map(|v| counter(v.as_deref()))
+                        .collect();
+                    for (key, c) in raw.into_iter().zip(transfer(&counters)) {
+                        txn.put(key, value(c, value_len));
+                    }
+                }
+            }
+            Ok(())
+        });
+        match outcome {
+            Ok(((), info)) => {
+                self.count(info.protocol);
+                Ok(attempts.saturating_sub(1))
+            }
+            Err(e) if e.is_retryable() => Err(OpError::Aborted),
+            Err(e) => Err(OpError::Failed(e.into())),
+        }
+    }
+
+    fn protocols(&self) -> Option<[u32; 3]> {
+        Some(self.protocols.each_ref().map(|c| c.load(Ordering::Relaxed)))
+    }
+}
