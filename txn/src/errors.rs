@@ -102,6 +102,103 @@ pub enum Error {
     /// command of a group commit); nothing of the group was written.
     #[error("engine write failed: {0}")]
     WriteFailed(Arc<percolate_engine::Error>),
+
+    /// A key, a value or a whole transaction is larger than the engine
+    /// accepts (see [`Limit`]); nothing was sent or written.
+    #[error("{limit} is {size}, above the limit of {max}")]
+    LimitExceeded {
+        /// Which limit.
+        limit: Limit,
+        /// The size found (bytes, or keys for [`Limit::TxnKeys`]).
+        size: usize,
+        /// The limit ([`Limit::max`]).
+        max: usize,
+    },
+
+    /// A fail point fired (see [`crate::fail`]): an injected failure, for
+    /// tests.
+    #[error("fail point {name} fired ({action:?})")]
+    FailPoint {
+        /// The point.
+        name: &'static str,
+        /// What it was configured to do.
+        action: crate::fail::Action,
+    },
+}
+
+/// The size limits every write is checked against, by the client's
+/// [`commit`](crate::client::Transaction::commit) before anything is sent,
+/// and by the region's write commands (`Prewrite`, the raw puts) for
+/// callers below the client.
+///
+/// | limit | max | why |
+/// |---|---|---|
+/// | [`KeySize`](Limit::KeySize) | 8 KiB (8192 bytes) of raw key | TiKV's `max-key-size` default |
+/// | [`ValueSize`](Limit::ValueSize) | 8 MiB of value | TiKV's `raft-entry-max-size` default: a larger value could never be replicated |
+/// | [`TxnKeys`](Limit::TxnKeys) | 300,000 keys in one transaction (or one prewrite / raw batch) | TiDB's former `txn-entry-count-limit` |
+/// | [`TxnBytes`](Limit::TxnBytes) | 100 MiB of keys and values in one transaction (or one prewrite / raw batch) | TiDB's `txn-total-size-limit` default |
+///
+/// Each is checked with `size > max`: a key of exactly 8192 bytes is fine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Limit {
+    /// Bytes of one raw key.
+    KeySize,
+    /// Bytes of one value.
+    ValueSize,
+    /// Keys written by one transaction or command.
+    TxnKeys,
+    /// Bytes of keys and values written by one transaction or command.
+    TxnBytes,
+}
+
+impl Limit {
+    /// The largest size allowed.
+    pub const fn max(self) -> usize {
+        match self {
+            Limit::KeySize => 8 * 1024,
+            Limit::ValueSize => 8 * 1024 * 1024,
+            Limit::TxnKeys => 300_000,
+            Limit::TxnBytes => 100 * 1024 * 1024,
+        }
+    }
+
+    /// `Err(LimitExceeded)` when `size` is above this limit.
+    pub fn check(self, size: usize) -> Result<()> {
+        if size > self.max() {
+            return Err(Error::LimitExceeded {
+                limit: self,
+                size,
+                max: self.max(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Limit::KeySize => "key size",
+            Limit::ValueSize => "value size",
+            Limit::TxnKeys => "transaction key count",
+            Limit::TxnBytes => "transaction size",
+        })
+    }
+}
+
+/// Checks a write of `pairs` (raw key length, value length) against every
+/// [`Limit`].
+pub(crate) fn check_write_size(pairs: impl IntoIterator<Item = (usize, usize)>) -> Result<()> {
+    let (mut keys, mut bytes) = (0usize, 0usize);
+    for (key_len, value_len) in pairs {
+        Limit::KeySize.check(key_len)?;
+        Limit::ValueSize.check(value_len)?;
+        keys += 1;
+        bytes = bytes.saturating_add(key_len.saturating_add(value_len));
+    }
+    Limit::TxnKeys.check(keys)?;
+    Limit::TxnBytes.check(bytes)
 }
 
 impl From<percolate_engine::Error> for Error {

@@ -30,6 +30,7 @@ pub mod cluster;
 pub mod commands;
 pub mod concurrency_manager;
 mod errors;
+pub mod fail;
 pub mod oracle;
 pub mod read;
 pub mod scheduler;
@@ -37,7 +38,7 @@ pub mod storage;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 
-pub use errors::{Error, Result};
+pub use errors::{Error, Limit, Result};
 
 pub use percolate_engine as engine;
 pub use percolate_mvcc as mvcc;

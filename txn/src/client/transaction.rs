@@ -12,6 +12,7 @@ use super::resolver::into_lock;
 use super::{Backoff, Deadline, Inner, key};
 use crate::actions::prewrite::{Mutation, PrewriteResult};
 use crate::commands::{Commit, Prewrite, Unlock};
+use crate::fail;
 use crate::read::ReadOptions;
 use crate::scheduler::Pending;
 use crate::{Error, Result};
@@ -232,6 +233,21 @@ impl<E: Engine> Transaction<E> {
     /// Commits: see the module documentation of [`client`](super) for the
     /// protocol. On error nothing of the transaction is visible, and its
     /// locks are being rolled back.
+    ///
+    /// Before anything is sent, the writes are checked: no empty key
+    /// (`InvalidRequest`), and every key, value and the whole transaction
+    /// within the [`Limit`](crate::Limit)s (`LimitExceeded`).
+    ///
+    /// `commit` consumes the transaction, so it cannot be used afterwards:
+    ///
+    /// ```compile_fail
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let client = percolate_txn::client::Client::open(dir.path()).unwrap();
+    /// let mut txn = client.begin().unwrap();
+    /// txn.put(b"k", b"v");
+    /// txn.commit().unwrap();
+    /// txn.put(b"k", b"again"); // error[E0382]: borrow of moved value: `txn`
+    /// ```
     pub fn commit(mut self) -> Result<CommitInfo> {
         let buffer = std::mem::take(&mut self.buffer);
         if buffer.contains_key(&[][..]) {
@@ -240,6 +256,13 @@ impl<E: Engine> Transaction<E> {
                 key: None,
             });
         }
+        crate::errors::check_write_size(buffer.iter().map(|(k, op)| {
+            let value_len = match op {
+                Op::Put(v) | Op::Insert(v) => v.len(),
+                Op::Delete | Op::Lock => 0,
+            };
+            (k.len(), value_len)
+        }))?;
         if buffer.is_empty() {
             return Ok(CommitInfo {
                 commit_ts: self.start_ts,
@@ -274,6 +297,9 @@ struct Committer<'a, E: Engine> {
     batches: Vec<Batch>,
     protocol: CommitProtocol,
     key_count: usize,
+    /// Set once the transaction is committed (its commit point passed):
+    /// from then on an error must not unlock anything.
+    committed: bool,
 }
 
 impl<'a, E: Engine> Committer<'a, E> {
@@ -326,6 +352,7 @@ impl<'a, E: Engine> Committer<'a, E> {
             batches,
             protocol,
             key_count,
+            committed: false,
         }
     }
 
@@ -366,14 +393,23 @@ impl<'a, E: Engine> Committer<'a, E> {
             .keep_alive(self.start_ts, self.primary.clone());
         let outcome = self.prewrite_and_commit();
         self.client.heartbeats.stop(self.start_ts);
-        if outcome.is_err() {
-            self.rollback_in_background();
+        // A client dying at a fail point leaves its locks as they are.
+        if let Err(e) = &outcome {
+            if !self.committed && !crate::fail::is_death(e) {
+                self.rollback_in_background();
+            }
         }
         outcome
     }
 
     fn prewrite_and_commit(&mut self) -> Result<CommitInfo> {
         let results = self.prewrite_all()?;
+        let one_pc_done =
+            self.protocol == CommitProtocol::OnePc && !results[0].one_pc_commit_ts.is_zero();
+        let async_done = self.protocol == CommitProtocol::AsyncCommit
+            && results.iter().all(|r| !r.min_commit_ts.is_zero());
+        self.committed = one_pc_done || async_done;
+        fail::check(fail::CLIENT_PREWRITE_ALL)?;
         let storage = |region: usize| self.client.cluster.regions()[region].storage();
         if self.protocol == CommitProtocol::OnePc {
             let commit_ts = results[0].one_pc_commit_ts;
@@ -401,6 +437,7 @@ impl<'a, E: Engine> Committer<'a, E> {
                         start_ts: self.start_ts,
                         commit_ts,
                     }));
+                    fail::check(fail::CLIENT_COMMIT_SECONDARIES)?;
                 }
                 return Ok(CommitInfo {
                     commit_ts,
@@ -415,7 +452,10 @@ impl<'a, E: Engine> Committer<'a, E> {
         let commit_ts = loop {
             let commit_ts = self.client.oracle.get_ts()?;
             match storage(primary_region).commit(vec![primary.clone()], self.start_ts, commit_ts) {
-                Ok(_) => break commit_ts,
+                Ok(_) => {
+                    self.committed = true;
+                    break commit_ts;
+                }
                 // A reader that started after this commit_ts was taken pushed
                 // the lock's min_commit_ts past it: a newer ts from the
                 // oracle is above that reader's.
@@ -423,6 +463,7 @@ impl<'a, E: Engine> Committer<'a, E> {
                 Err(e) => return Err(e),
             }
         };
+        fail::check(fail::CLIENT_COMMIT_PRIMARY)?;
         for (region, keys) in &self.keys_by_region {
             let secondaries: Vec<Key> = keys.iter().filter(|k| **k != primary).cloned().collect();
             if !secondaries.is_empty() {
@@ -431,6 +472,7 @@ impl<'a, E: Engine> Committer<'a, E> {
                     start_ts: self.start_ts,
                     commit_ts,
                 }));
+                fail::check(fail::CLIENT_COMMIT_SECONDARIES)?;
             }
         }
         Ok(CommitInfo {
@@ -446,11 +488,15 @@ impl<'a, E: Engine> Committer<'a, E> {
         let deadline = Deadline::after(self.client.config.resolve_timeout);
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
         let mut results: Vec<Option<PrewriteResult>> = self.batches.iter().map(|_| None).collect();
+        // With the fail point armed, batches go one at a time, so that it
+        // can stop the client between them.
+        let one_by_one = fail::is_armed(fail::CLIENT_PREWRITE_BATCH);
         loop {
             let sent: Vec<(usize, Pending<PrewriteResult>)> = results
                 .iter()
                 .enumerate()
                 .filter(|(_, r)| r.is_none())
+                .take(if one_by_one { 1 } else { usize::MAX })
                 .map(|(i, _)| {
                     let batch = &self.batches[i];
                     let storage = self.client.cluster.regions()[batch.region].storage();
@@ -479,6 +525,12 @@ impl<'a, E: Engine> Committer<'a, E> {
                 return Err(e);
             }
             if locks.is_empty() {
+                if one_by_one {
+                    fail::check(fail::CLIENT_PREWRITE_BATCH)?;
+                }
+                if results.iter().any(Option::is_none) {
+                    continue;
+                }
                 return Ok(results
                     .into_iter()
                     .map(|r| r.expect("every batch done"))

@@ -91,6 +91,8 @@ impl Prewrite {
         self
     }
 
+    /// Checks the arguments, the sizes among them (see
+    /// [`Limit`](crate::Limit)).
     fn check(&self) -> Result<()> {
         let keys: Vec<Key> = self.mutations.iter().map(|m| m.key.clone()).collect();
         require_keys(&keys, "prewrite needs at least one mutation")?;
@@ -100,6 +102,12 @@ impl Prewrite {
         if self.props.primary.is_empty() {
             return Err(invalid("prewrite needs a primary key", None));
         }
+        crate::errors::Limit::KeySize.check(self.props.primary.len())?;
+        crate::errors::check_write_size(
+            self.mutations
+                .iter()
+                .map(|m| (raw_len(&m.key), value_len(&m.kind))),
+        )?;
         let mut seen = std::collections::HashSet::with_capacity(keys.len());
         if let Some(dup) = keys.into_iter().find(|k| !seen.insert(k.clone())) {
             return Err(invalid(
@@ -108,6 +116,28 @@ impl Prewrite {
             ));
         }
         Ok(())
+    }
+}
+
+/// The length of the raw key `key` encodes, read from its last marker
+/// byte without decoding (each group of 8 raw bytes is encoded as 9 bytes,
+/// the last of which is `0xff` minus the padding); the encoded length for
+/// bytes that are not an encoded key.
+fn raw_len(key: &Key) -> usize {
+    let encoded = key.as_encoded();
+    match encoded.last() {
+        Some(&marker) if encoded.len() % 9 == 0 && marker >= 0xff - 8 => {
+            encoded.len() / 9 * 8 - usize::from(0xff - marker)
+        }
+        _ => encoded.len(),
+    }
+}
+
+/// The length of the value a mutation writes.
+fn value_len(kind: &MutationKind) -> usize {
+    match kind {
+        MutationKind::Put(v) | MutationKind::Insert(v) => v.len(),
+        MutationKind::Delete | MutationKind::Lock | MutationKind::CheckNotExists => 0,
     }
 }
 

@@ -32,7 +32,8 @@ fn check_key(key: &[u8]) -> Result<()> {
 /// Writes key-value pairs atomically.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawPut {
-    /// The pairs; keys must not be empty.
+    /// The pairs; keys must not be empty. Their sizes are checked against
+    /// every [`Limit`](crate::Limit).
     pub pairs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
@@ -44,6 +45,7 @@ impl WriteCommand for RawPut {
     }
 
     fn process<S: Snapshot>(self, _ctx: WriteContext<'_, S>) -> Result<WriteResult<()>> {
+        crate::errors::check_write_size(self.pairs.iter().map(|(k, v)| (k.len(), v.len())))?;
         let mut batch = WriteBatch::new();
         for (key, value) in self.pairs {
             check_key(&key)?;
@@ -130,6 +132,8 @@ impl WriteCommand for RawCompareAndSwap {
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
         check_key(&self.key)?;
+        let value_len = self.value.as_ref().map_or(0, Vec::len);
+        crate::errors::check_write_size([(self.key.len(), value_len)])?;
         let current = ctx.snapshot.get(Cf::Raw, &self.key)?;
         let mut batch = WriteBatch::new();
         let swapped = current == self.expected;

@@ -350,8 +350,23 @@ impl<E: Engine> Inner<E> {
                 cm: &self.cm,
             },
         };
-        let finish = match catch_unwind(AssertUnwindSafe(|| job(input))) {
-            Ok(finish) => finish,
+        // Fail points (tests): `SCHED_PROCESS` fails or panics the command
+        // before it runs, `SCHED_BEFORE_WRITE` after it ran; a panic of
+        // either is caught here like the command's own.
+        let run = || {
+            let input = match crate::fail::check(crate::fail::SCHED_PROCESS) {
+                Ok(()) => input,
+                Err(e) => JobInput::Abort(e),
+            };
+            let finish = job(input);
+            (finish, crate::fail::check(crate::fail::SCHED_BEFORE_WRITE))
+        };
+        let finish = match catch_unwind(AssertUnwindSafe(run)) {
+            Ok((finish, Err(injected))) => {
+                self.complete(cid, &lock, finish, Err(injected));
+                return;
+            }
+            Ok((finish, Ok(()))) => finish,
             Err(_) => {
                 // The job's reply was dropped while unwinding (answered
                 // Aborted), and its memory-lock guards with it.
