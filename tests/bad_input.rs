@@ -1,0 +1,363 @@
+//! Bad input: every public API rejects misuse with a clear, typed error and
+//! writes nothing; bad bytes on disk are reported as `Corruption` naming
+//! the key, never a panic; a damaged oracle file stops the client from
+//! opening rather than letting time go back.
+//!
+//! The size limits are those of [`Limit`]: keys up to 8 KiB, values up to
+//! 8 MiB, a transaction (or one prewrite or raw batch) up to 300,000 keys
+//! and 100 MiB. A transaction used after `commit` does not compile: see the
+//! `compile_fail` example on `Transaction::commit`.
+
+use percolate::engine::{Cf, Engine, EngineIterator, Snapshot, WriteBatch, WriteOptions};
+use percolate::mvcc::{Key, TimeStamp};
+use percolate::txn::Limit;
+use percolate::txn::actions::prewrite::Mutation;
+use percolate::txn::commands::Prewrite;
+use percolate::txn::storage::Storage;
+use percolate::{Client, Error, OpenOptions};
+use tempfile::TempDir;
+
+struct Db {
+    client: Client,
+    dir: TempDir,
+}
+
+fn open() -> Db {
+    let dir = tempfile::tempdir().unwrap();
+    let options = OpenOptions {
+        split_keys: vec![b"g".to_vec(), b"p".to_vec()],
+        ..Default::default()
+    };
+    Db {
+        client: Client::open_with(dir.path(), options).unwrap(),
+        dir,
+    }
+}
+
+fn storage<'a>(client: &'a Client, key: &[u8]) -> &'a Storage {
+    client.cluster().region_for(key).storage()
+}
+
+/// Asserts that no region holds any lock, write record or raw pair.
+fn assert_nothing_written(client: &Client) {
+    let snapshot = client.cluster().regions()[0].storage().engine().snapshot();
+    for cf in [Cf::Lock, Cf::Write, Cf::Default, Cf::Raw] {
+        let mut iter = snapshot.iter(cf, Default::default()).unwrap();
+        assert!(!iter.seek_to_first().unwrap(), "CF {cf:?} holds data");
+    }
+}
+
+fn assert_limit(result: percolate::Result<impl std::fmt::Debug>, limit: Limit, size: usize) {
+    match result {
+        Err(Error::LimitExceeded {
+            limit: l,
+            size: s,
+            max,
+        }) => {
+            assert_eq!((l, s, max), (limit, size, limit.max()));
+            let message = Error::LimitExceeded {
+                limit: l,
+                size: s,
+                max,
+            }
+            .to_string();
+            assert!(message.contains(&max.to_string()), "{message}");
+        }
+        other => panic!("expected {limit:?} exceeded, got {other:?}"),
+    }
+}
+
+fn assert_invalid(result: percolate::Result<impl std::fmt::Debug>) {
+    assert!(
+        matches!(result, Err(Error::InvalidRequest { .. })),
+        "expected InvalidRequest, got {result:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Timestamps.
+
+#[test]
+fn a_commit_ts_not_above_the_start_ts_is_refused_and_writes_nothing() {
+    let db = open();
+    let s = storage(&db.client, b"k");
+    let start_ts = db.client.oracle().get_ts().unwrap();
+    let key = Key::from_raw(b"k");
+    s.prewrite(Prewrite::new(
+        vec![Mutation::put(key.clone(), b"v".to_vec())],
+        b"k",
+        start_ts,
+    ))
+    .unwrap();
+    for commit_ts in [start_ts, start_ts.prev(), TimeStamp::zero()] {
+        let err = s
+            .commit(vec![key.clone()], start_ts, commit_ts)
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidTxnTso { start_ts: s, commit_ts: c } if s == start_ts && c == commit_ts),
+            "{err:?}"
+        );
+    }
+    let info = s.mvcc_by_key(key).unwrap();
+    assert!(info.lock.is_some(), "the lock is untouched");
+    assert!(
+        info.writes.is_empty(),
+        "no commit record: {:?}",
+        info.writes
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Empty keys and empty requests.
+
+#[test]
+fn empty_keys_are_refused_where_not_allowed() {
+    let db = open();
+    let mut txn = db.client.begin().unwrap();
+    txn.put(b"".to_vec(), b"v".to_vec());
+    txn.put(b"a".to_vec(), b"v".to_vec());
+    assert_invalid(txn.commit());
+
+    let s = storage(&db.client, b"");
+    let ts = db.client.oracle().get_ts().unwrap();
+    assert_invalid(s.raw_put(Vec::new(), b"v".to_vec()));
+    assert_invalid(s.raw_batch_put(vec![
+        (b"a".to_vec(), b"v".to_vec()),
+        (Vec::new(), b"v".to_vec()),
+    ]));
+    assert_invalid(s.raw_delete(Vec::new()));
+    assert_invalid(s.raw_compare_and_swap(Vec::new(), None, Some(b"v".to_vec())));
+    assert_invalid(s.raw_delete_range(b"b".to_vec(), b"a".to_vec()));
+    // A prewrite with no primary, or no mutation, or a zero start_ts.
+    let put = || vec![Mutation::put(Key::from_raw(b"a"), b"v".to_vec())];
+    assert_invalid(s.prewrite(Prewrite::new(put(), b"", ts)));
+    assert_invalid(s.prewrite(Prewrite::new(Vec::new(), b"a", ts)));
+    assert_invalid(s.prewrite(Prewrite::new(put(), b"a", TimeStamp::zero())));
+    assert_invalid(s.commit(Vec::new(), ts, ts.next()));
+    assert_nothing_written(&db.client);
+}
+
+// ---------------------------------------------------------------------------
+// Size limits.
+
+#[test]
+fn the_client_refuses_oversized_keys_and_values_before_sending_anything() {
+    let db = open();
+    let max_key = Limit::KeySize.max();
+    let max_value = Limit::ValueSize.max();
+
+    let mut txn = db.client.begin().unwrap();
+    txn.put(vec![b'k'; max_key + 1], b"v".to_vec());
+    assert_limit(txn.commit(), Limit::KeySize, max_key + 1);
+
+    let mut txn = db.client.begin().unwrap();
+    txn.put(b"k".to_vec(), vec![0; max_value + 1]);
+    assert_limit(txn.commit(), Limit::ValueSize, max_value + 1);
+
+    // A delete or a lock of an oversized key is refused as well.
+    let mut txn = db.client.begin().unwrap();
+    txn.lock_keys([vec![b'k'; max_key + 1]]);
+    assert_limit(txn.commit(), Limit::KeySize, max_key + 1);
+    assert_nothing_written(&db.client);
+
+    // Exactly at the limits is fine.
+    let mut txn = db.client.begin().unwrap();
+    txn.put(vec![b'k'; max_key], vec![7; max_value]);
+    txn.commit().unwrap();
+    let txn = db.client.begin().unwrap();
+    assert_eq!(
+        txn.get(&vec![b'k'; max_key]).unwrap().map(|v| v.len()),
+        Some(max_value)
+    );
+}
+
+#[test]
+fn the_client_refuses_oversized_transactions() {
+    let db = open();
+    let max_keys = Limit::TxnKeys.max();
+    let mut txn = db.client.begin().unwrap();
+    for i in 0..=max_keys {
+        txn.put(format!("k{i:07}").into_bytes(), Vec::new());
+    }
+    assert_limit(txn.commit(), Limit::TxnKeys, max_keys + 1);
+
+    // Thirteen values of 8 MiB (allocated zeroed, never touched): 104 MiB.
+    let mut txn = db.client.begin().unwrap();
+    for i in 0..13u8 {
+        txn.put(vec![b'a', i], vec![0; Limit::ValueSize.max()]);
+    }
+    let size = 13 * (2 + Limit::ValueSize.max());
+    assert_limit(txn.commit(), Limit::TxnBytes, size);
+    assert_nothing_written(&db.client);
+}
+
+#[test]
+fn storage_write_commands_refuse_oversized_keys_and_values() {
+    let db = open();
+    let s = storage(&db.client, b"k");
+    let ts = db.client.oracle().get_ts().unwrap();
+    let max_key = Limit::KeySize.max();
+    let max_value = Limit::ValueSize.max();
+    let long_key = vec![b'k'; max_key + 1];
+
+    let prewrite =
+        |mutation: Mutation, primary: &[u8]| s.prewrite(Prewrite::new(vec![mutation], primary, ts));
+    assert_limit(
+        prewrite(Mutation::put(Key::from_raw(&long_key), b"v".to_vec()), b"k"),
+        Limit::KeySize,
+        max_key + 1,
+    );
+    assert_limit(
+        prewrite(Mutation::delete(Key::from_raw(&long_key)), b"k"),
+        Limit::KeySize,
+        max_key + 1,
+    );
+    assert_limit(
+        prewrite(
+            Mutation::put(Key::from_raw(b"k"), vec![0; max_value + 1]),
+            b"k",
+        ),
+        Limit::ValueSize,
+        max_value + 1,
+    );
+    assert_limit(
+        prewrite(Mutation::put(Key::from_raw(b"k"), b"v".to_vec()), &long_key),
+        Limit::KeySize,
+        max_key + 1,
+    );
+    assert_limit(
+        s.raw_put(long_key.clone(), b"v".to_vec()),
+        Limit::KeySize,
+        max_key + 1,
+    );
+    assert_limit(
+        s.raw_put(b"k".to_vec(), vec![0; max_value + 1]),
+        Limit::ValueSize,
+        max_value + 1,
+    );
+    assert_limit(
+        s.raw_compare_and_swap(b"k".to_vec(), None, Some(vec![0; max_value + 1])),
+        Limit::ValueSize,
+        max_value + 1,
+    );
+    assert_nothing_written(&db.client);
+
+    // At the limits: accepted (the raw key length is read from the
+    // encoded key exactly, for every padding).
+    for len in max_key - 8..=max_key {
+        let key = vec![b'k'; len];
+        s.prewrite(Prewrite::new(
+            vec![Mutation::put(Key::from_raw(&key), b"v".to_vec())],
+            key.clone(),
+            ts,
+        ))
+        .unwrap();
+    }
+    s.raw_put(vec![b'k'; max_key], vec![0; max_value]).unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// Corruption on disk.
+
+/// Writes `value` under `key` in `cf`, behind the transaction layer's back.
+fn poke(client: &Client, cf: Cf, key: Vec<u8>, value: &[u8]) {
+    let mut batch = WriteBatch::new();
+    batch.put(cf, key, value.to_vec());
+    client.cluster().regions()[0]
+        .storage()
+        .engine()
+        .write(&batch, WriteOptions::default())
+        .unwrap();
+}
+
+fn assert_corruption(result: percolate::Result<impl std::fmt::Debug>, cf: Cf, key: &Key) {
+    match result {
+        Err(Error::Mvcc(e @ percolate::mvcc::Error::Corruption { .. })) => {
+            let percolate::mvcc::Error::Corruption { cf: c, key: k, .. } = &e else {
+                unreachable!()
+            };
+            assert_eq!(*c, cf);
+            assert!(k.starts_with(key.as_encoded()), "names the key: {e}");
+            let message = e.to_string();
+            let hex: String = key
+                .as_encoded()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert!(message.contains(&hex), "{message}");
+        }
+        other => panic!("expected a corruption in {cf:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_corrupted_lock_record_is_reported_with_its_key_never_a_panic() {
+    let db = open();
+    let mut txn = db.client.begin().unwrap();
+    txn.put(b"h".to_vec(), b"v".to_vec());
+    txn.commit().unwrap();
+    let key = Key::from_raw(b"h");
+    for garbage in [&b""[..], b"\xff", b"P\x05\x01", b"Pzzzzzzzzzzzzzzzzz"] {
+        poke(&db.client, Cf::Lock, key.as_encoded().clone(), garbage);
+        let txn = db.client.begin().unwrap();
+        assert_corruption(txn.get(b"h"), Cf::Lock, &key);
+        assert_corruption(txn.scan(b"a", None, 0), Cf::Lock, &key);
+        assert_corruption(txn.batch_get(&[b"h"]), Cf::Lock, &key);
+        let mut writer = db.client.begin().unwrap();
+        writer.put(b"h".to_vec(), b"w".to_vec());
+        assert_corruption(writer.commit(), Cf::Lock, &key);
+    }
+}
+
+#[test]
+fn a_corrupted_write_record_is_reported_with_its_key_never_a_panic() {
+    let db = open();
+    let mut txn = db.client.begin().unwrap();
+    txn.put(b"h".to_vec(), b"v".to_vec());
+    txn.commit().unwrap();
+    let key = Key::from_raw(b"h");
+    // A newer commit record of garbage.
+    let commit_ts = db.client.oracle().get_ts().unwrap();
+    let stored = key.clone().append_ts(commit_ts).into_encoded();
+    for garbage in [
+        &b""[..],
+        b"P",
+        b"P\x80",
+        b"Q\x01",
+        b"L\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+    ] {
+        poke(&db.client, Cf::Write, stored.clone(), garbage);
+        let txn = db.client.begin().unwrap();
+        assert_corruption(txn.get(b"h"), Cf::Write, &key);
+        assert_corruption(txn.scan(b"a", None, 0), Cf::Write, &key);
+        assert_corruption(db.client.get_latest(b"h"), Cf::Write, &key);
+    }
+}
+
+#[test]
+fn a_corrupted_oracle_file_stops_the_client_from_opening() {
+    let db = open();
+    let dir = db.dir.path().to_path_buf();
+    drop(db.client);
+    let file = dir.join("TIMESTAMP");
+    let good = std::fs::read(&file).unwrap();
+    let mut flipped = good.clone();
+    flipped[10] ^= 0x01;
+    for (what, bytes) in [
+        ("empty", Vec::new()),
+        ("truncated", good[..good.len() - 1].to_vec()),
+        ("bit flip", flipped),
+        ("garbage", b"not a timestamp file".to_vec()),
+    ] {
+        std::fs::write(&file, &bytes).unwrap();
+        let err = Client::open(&dir).unwrap_err();
+        assert!(
+            matches!(&err, Error::OracleCorrupted { path, .. } if *path == file),
+            "{what}: {err:?}"
+        );
+        assert!(err.to_string().contains("TIMESTAMP"), "{what}: {err}");
+    }
+    // Repaired, it opens again.
+    std::fs::write(&file, &good).unwrap();
+    Client::open(&dir).unwrap();
+}
