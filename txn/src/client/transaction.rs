@@ -492,15 +492,24 @@ impl<'a, E: Engine> Committer<'a, E> {
         // can stop the client between them.
         let one_by_one = fail::is_armed(fail::CLIENT_PREWRITE_BATCH);
         loop {
-            let sent: Vec<(usize, Pending<PrewriteResult>)> = results
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.is_none())
+            let unsent: Vec<usize> = (0..results.len())
+                .filter(|&i| results[i].is_none())
                 .take(if one_by_one { 1 } else { usize::MAX })
-                .map(|(i, _)| {
+                .collect();
+            let last = unsent.last().copied();
+            // Every batch but the last goes to its region's workers; the
+            // last runs on this thread meanwhile (it would only wait).
+            let sent: Vec<(usize, Pending<PrewriteResult>)> = unsent
+                .into_iter()
+                .map(|i| {
                     let batch = &self.batches[i];
                     let storage = self.client.cluster.regions()[batch.region].storage();
-                    (i, storage.sched_write(self.prewrite_command(batch)))
+                    let command = self.prewrite_command(batch);
+                    if Some(i) == last {
+                        (i, Pending::ready(storage.write_inline(command)))
+                    } else {
+                        (i, storage.sched_write(command))
+                    }
                 })
                 .collect();
             let mut locks = Vec::new();

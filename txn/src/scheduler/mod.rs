@@ -10,7 +10,10 @@
 //!    of it wakes it (arrival order per key).
 //! 3. **Process** on a worker: a snapshot taken after the latches, the
 //!    command's action over it, the modifications buffered. An error or a
-//!    panic ends here: nothing is written.
+//!    panic ends here: nothing is written. A caller that would only block
+//!    on the answer (the client's last prewrite batch) submits with
+//!    `Scheduler::submit_write_inline`: when its latches are free at once
+//!    it is processed on the caller's thread, saving two thread wake-ups.
 //! 4. **Write**: all the modifications in one atomic engine write. With
 //!    [`Durability::Sync`], writes go to a single writer thread that groups
 //!    the writes of concurrent commands into one synced engine write (group
@@ -248,6 +251,33 @@ impl<E: Engine> Scheduler<E> {
         Ok(())
     }
 
+    /// Like [`submit_write`](Self::submit_write), but a command whose
+    /// latches are all free at once is processed on the calling thread,
+    /// which returns once it is written (or handed to the group-commit
+    /// writer). A command that waits for latches is processed by a worker,
+    /// as any other. For callers that block on the answer anyway: it saves
+    /// the hand-off to a worker and back (two thread wake-ups).
+    pub(crate) fn submit_write_inline(
+        &self,
+        keys: &[Key],
+        deadline: Option<Instant>,
+        job: Job<E>,
+    ) -> Result<()> {
+        self.inner.admit()?;
+        let cid = self.inner.next_cid.fetch_add(1, Ordering::Relaxed);
+        let task = Task {
+            lock: self.inner.latches.gen_lock(keys),
+            submitted: Instant::now(),
+            deadline,
+            job,
+        };
+        self.inner.tasks[shard(cid)].lock().insert(cid, task);
+        if let Some(task) = Inner::try_acquire(&self.inner, cid) {
+            self.inner.clone().process(cid, task);
+        }
+        Ok(())
+    }
+
     /// Submits a read: `work` runs on a worker without latches. Refused
     /// when too busy.
     pub(crate) fn submit_read(
@@ -317,18 +347,21 @@ impl<E: Engine> Inner<E> {
     /// Acquires what it can of `cid`'s latches; once all are held, sends
     /// the command to a worker.
     fn try_dispatch(this: &Arc<Self>, cid: CommandId) {
-        let task = {
-            let mut tasks = this.tasks[shard(cid)].lock();
-            let Some(task) = tasks.get_mut(&cid) else {
-                return;
-            };
-            if !this.latches.acquire(&mut task.lock, cid) {
-                return;
-            }
-            tasks.remove(&cid).expect("present above")
-        };
-        let inner = this.clone();
-        this.spawn(Box::new(move || inner.process(cid, task)));
+        if let Some(task) = Inner::try_acquire(this, cid) {
+            let inner = this.clone();
+            this.spawn(Box::new(move || inner.process(cid, task)));
+        }
+    }
+
+    /// Acquires what it can of `cid`'s latches; once all are held, takes
+    /// the command out of the waiting tasks for the caller to process.
+    fn try_acquire(this: &Arc<Self>, cid: CommandId) -> Option<Task<E>> {
+        let mut tasks = this.tasks[shard(cid)].lock();
+        let task = tasks.get_mut(&cid)?;
+        if !this.latches.acquire(&mut task.lock, cid) {
+            return None;
+        }
+        Some(tasks.remove(&cid).expect("present above"))
     }
 
     /// Runs a command that holds its latches.

@@ -133,6 +133,17 @@ impl<E: Engine> Storage<E> {
         cmd: C,
         options: CommandOptions,
     ) -> Pending<C::Output> {
+        self.submit_write(cmd, options, false)
+    }
+
+    /// Submits a write command; `inline`: process it on the calling thread
+    /// if its latches are free (see [`Scheduler::submit_write_inline`]).
+    fn submit_write<C: WriteCommand>(
+        &self,
+        cmd: C,
+        options: CommandOptions,
+        inline: bool,
+    ) -> Pending<C::Output> {
         let (completer, answer) = pending::<C::Output>();
         let deadline = options.max_execution_duration.map(|d| Instant::now() + d);
         let keys = cmd.latch_keys();
@@ -159,7 +170,12 @@ impl<E: Engine> Storage<E> {
                 },
             }
         });
-        match self.scheduler.submit_write(&keys, deadline, job) {
+        let submitted = if inline {
+            self.scheduler.submit_write_inline(&keys, deadline, job)
+        } else {
+            self.scheduler.submit_write(&keys, deadline, job)
+        };
+        match submitted {
             Ok(()) => answer,
             Err(e) => Pending::ready(Err(e)),
         }
@@ -180,6 +196,15 @@ impl<E: Engine> Storage<E> {
     /// Runs a write command and waits for its answer.
     pub fn write<C: WriteCommand>(&self, cmd: C) -> Result<C::Output> {
         self.sched_write(cmd).wait()
+    }
+
+    /// Runs a write command and waits for its answer, processing it on the
+    /// calling thread when its latches are free (see
+    /// [`Scheduler::submit_write_inline`]): for the client, which would
+    /// only wait for a worker meanwhile.
+    pub(crate) fn write_inline<C: WriteCommand>(&self, cmd: C) -> Result<C::Output> {
+        self.submit_write(cmd, CommandOptions::default(), true)
+            .wait()
     }
 
     /// Runs a read command on the calling thread.
