@@ -140,7 +140,7 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
                 zipf(Workload::F, 100),
                 uniform(Workload::Update, 4, false),
                 uniform(Workload::Transfer, 4, false),
-                uniform(Workload::Transfer, 1, false),
+                uniform(Workload::MultiUpdate, 1, false),
                 zipf(Workload::A, 1024),
                 uniform(Workload::Update, 8, true),
             ]

@@ -55,12 +55,23 @@ pub struct Measurement {
     pub aborts: u64,
     /// Percolate's commits by protocol during the window: 1PC, async, 2PC.
     pub protocols: Option<[u32; 3]>,
+    /// CPU time the whole process used during the warm-up and the window
+    /// (every thread: clients, workers, the engine's background jobs).
+    pub cpu: Duration,
+    /// Operations during the warm-up and the window.
+    pub cpu_ops: u64,
 }
 
 impl Measurement {
     /// Operations per second.
     pub fn ops_per_sec(&self) -> f64 {
         self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// CPU microseconds the process spent per operation: on a machine
+    /// shared with other work this says more than ops/s.
+    pub fn cpu_micros_per_op(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.cpu_ops.max(1) as f64
     }
 
     /// A latency percentile in microseconds.
@@ -147,6 +158,8 @@ struct ThreadResult {
     latency: Histogram<u64>,
     retries: u64,
     aborts: u64,
+    /// Operations including the warm-up's.
+    all_ops: u64,
     finished: Instant,
 }
 
@@ -180,6 +193,7 @@ pub fn measure(
     let stop = AtomicBool::new(false);
     let protocols_before = system.protocols();
     let bar = progress(bar_len, name);
+    let cpu_before = process_cpu();
     let results = std::thread::scope(|s| -> Result<Vec<ThreadResult>, BoxError> {
         let workers: Vec<_> = (0..scenario.threads)
             .map(|_| {
@@ -219,16 +233,18 @@ pub fn measure(
         }
         Ok(results)
     });
+    let cpu = process_cpu().saturating_sub(cpu_before);
     bar.finish_and_clear();
     let results = results?;
     let mut latency = new_histogram();
-    let (mut ops, mut retries, mut aborts) = (0, 0, 0);
+    let (mut ops, mut retries, mut aborts, mut cpu_ops) = (0, 0, 0, 0);
     let mut finished = window_start;
     for r in results {
         latency.add(&r.latency).expect("same bounds");
         ops += r.ops;
         retries += r.retries;
         aborts += r.aborts;
+        cpu_ops += r.all_ops;
         finished = finished.max(r.finished);
     }
     let protocols = match (protocols_before, system.protocols()) {
@@ -242,7 +258,30 @@ pub fn measure(
         retries,
         aborts,
         protocols,
+        cpu,
+        cpu_ops,
     })
+}
+
+/// The CPU time (user and system) of this process so far, from
+/// /proc/self/stat (in clock ticks of 10 ms); zero where there is none.
+fn process_cpu() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // The command name (field 2) may hold spaces: count from its `)`.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15; `rest` starts at field 3.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -272,6 +311,7 @@ fn worker(
         latency: new_histogram(),
         retries: 0,
         aborts: 0,
+        all_ops: 0,
         finished: window.start,
     };
     loop {
@@ -296,6 +336,7 @@ fn worker(
         });
         let outcome = system.execute(&op, value_len);
         let end = Instant::now();
+        result.all_ops += 1;
         if !measured {
             if let Err(OpError::Failed(e)) = outcome {
                 window.stop.store(true, Ordering::Relaxed);

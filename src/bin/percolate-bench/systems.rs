@@ -223,6 +223,9 @@ impl System for Raw {
                 Op::Update(k) | Op::Insert(k) => {
                     self.write([(*k, value(INITIAL_COUNTER, value_len))])?
                 }
+                Op::UpdateMany(keys) => {
+                    self.write(keys.iter().map(|k| (*k, value(INITIAL_COUNTER, value_len))))?
+                }
                 Op::Scan { start, len } => {
                     let mut it = self.db.raw_iterator();
                     it.seek(record_key(*start));
@@ -297,6 +300,11 @@ impl TxnDb {
             }
             Op::Update(k) | Op::Insert(k) => {
                 txn.put(record_key(*k), value(INITIAL_COUNTER, value_len))?
+            }
+            Op::UpdateMany(keys) => {
+                for k in keys {
+                    txn.put(record_key(*k), value(INITIAL_COUNTER, value_len))?;
+                }
             }
             Op::Scan { start, len } => {
                 let mut it = txn.raw_iterator_opt(read);
@@ -404,6 +412,17 @@ impl Fjall {
                     record_key(*k),
                     value(INITIAL_COUNTER, value_len),
                 );
+                Self::commit(tx)
+            }
+            Op::UpdateMany(keys) => {
+                let mut tx = self.write_tx()?;
+                for k in keys {
+                    tx.insert(
+                        &self.table,
+                        record_key(*k),
+                        value(INITIAL_COUNTER, value_len),
+                    );
+                }
                 Self::commit(tx)
             }
             Op::ReadModifyWrite(k) => {
@@ -530,6 +549,11 @@ impl System for Percolate {
                 }
                 Op::Update(k) | Op::Insert(k) => {
                     txn.put(record_key(*k), value(INITIAL_COUNTER, value_len))
+                }
+                Op::UpdateMany(keys) => {
+                    for k in keys {
+                        txn.put(record_key(*k), value(INITIAL_COUNTER, value_len));
+                    }
                 }
                 Op::Scan { start, len } => {
                     std::hint::black_box(txn.scan(&record_key(*start), None, *len)?);

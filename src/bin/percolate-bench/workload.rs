@@ -24,6 +24,9 @@ pub enum Workload {
     /// Transfers: read `--txn-keys` distinct records and move value between
     /// them (the sum of their counters stays the same), in one transaction.
     Transfer,
+    /// Multi-key updates: overwrite `--txn-keys` distinct records without
+    /// reading them, in one transaction (commit latency on its own).
+    MultiUpdate,
 }
 
 impl Workload {
@@ -37,6 +40,7 @@ impl Workload {
             Workload::F => "YCSB-F 50% read / 50% read-modify-write".into(),
             Workload::Update => "update-only (1-key blind writes)".into(),
             Workload::Transfer => format!("transfer ({txn_keys} keys read and written)"),
+            Workload::MultiUpdate => format!("multi-update ({txn_keys} keys written blind)"),
         }
     }
 
@@ -50,6 +54,7 @@ impl Workload {
             Workload::F => "F".into(),
             Workload::Update => "update".into(),
             Workload::Transfer => format!("transfer{txn_keys}"),
+            Workload::MultiUpdate => format!("update{txn_keys}"),
         }
     }
 }
@@ -80,6 +85,8 @@ pub enum Op {
     ReadModifyWrite(u64),
     /// Read the records (distinct, sorted) and move value between them.
     Transfer(Vec<u64>),
+    /// Overwrite the records (distinct, sorted) without reading them.
+    UpdateMany(Vec<u64>),
 }
 
 /// The zipfian constant of YCSB's request distribution.
@@ -190,6 +197,7 @@ impl OpGenerator {
             Workload::F => Op::ReadModifyWrite(key),
             Workload::Update => Op::Update(key),
             Workload::Transfer => Op::Transfer(self.keys.distinct(rng, self.txn_keys)),
+            Workload::MultiUpdate => Op::UpdateMany(self.keys.distinct(rng, self.txn_keys)),
         }
     }
 }
