@@ -84,6 +84,18 @@ struct Args {
     /// Longest scan of workload E (each scan reads 1 to this many records).
     #[arg(long, default_value_t = 100)]
     max_scan: usize,
+    /// Measurements of each system per scenario, in alternating order; the
+    /// one with the median ops/s is reported.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+}
+
+/// The measurement with the median throughput (the upper one of an even
+/// count).
+fn median(mut measured: Vec<Measurement>) -> Measurement {
+    measured.sort_by(|a, b| a.ops_per_sec().total_cmp(&b.ops_per_sec()));
+    let middle = measured.len() / 2;
+    measured.swap_remove(middle)
 }
 
 /// Preset scenario lists.
@@ -160,7 +172,7 @@ fn main() -> Result<(), BoxError> {
     let warmup = Duration::from_secs_f64(args.warmup);
     let scenarios = scenarios(&args);
     let mut report = Report::new(&args.systems, args.regions);
-    report.print_header(args.records, limit, warmup);
+    report.print_header(args.records, limit, warmup, args.rounds.max(1));
 
     // Scenarios sharing a value size and durability share loaded systems.
     let mut groups: Vec<(usize, bool, Vec<Scenario>)> = Vec::new();
@@ -182,16 +194,29 @@ fn main() -> Result<(), BoxError> {
         let loaded = run::open_and_load(&args.systems, setup, value_len, args.threads)?;
         for scenario in &list {
             report.print_scenario(scenario, args.records);
-            for (kind, system) in &loaded.systems {
-                let m: Measurement = run::measure(
-                    system.as_ref(),
-                    scenario,
-                    args.records,
-                    limit,
-                    warmup,
-                    kind.name(),
-                )?;
-                report.add(scenario, *kind, m);
+            let mut rounds: Vec<Vec<Measurement>> =
+                loaded.systems.iter().map(|_| Vec::new()).collect();
+            for round in 0..args.rounds.max(1) {
+                // Alternate the order, so that no system always runs first.
+                let mut order: Vec<usize> = (0..loaded.systems.len()).collect();
+                if round % 2 == 1 {
+                    order.reverse();
+                }
+                for i in order {
+                    let (kind, system) = &loaded.systems[i];
+                    let label = format!("{} {}/{}", kind.name(), round + 1, args.rounds.max(1));
+                    rounds[i].push(run::measure(
+                        system.as_ref(),
+                        scenario,
+                        args.records,
+                        limit,
+                        warmup,
+                        &label,
+                    )?);
+                }
+            }
+            for ((kind, _), measured) in loaded.systems.iter().zip(rounds) {
+                report.add(scenario, *kind, median(measured));
             }
         }
     }

@@ -65,7 +65,7 @@ impl Report {
     }
 
     /// The machine, the run's limits and what each system guarantees.
-    pub fn print_header(&self, records: u64, limit: RunLimit, warmup: Duration) {
+    pub fn print_header(&self, records: u64, limit: RunLimit, warmup: Duration, rounds: usize) {
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
         println!("percolate-bench at {}", now_utc());
         println!(
@@ -77,7 +77,9 @@ impl Report {
             RunLimit::Ops(n) => format!("{n} ops"),
         };
         println!(
-            "{records} records per system; each measurement: {:.1} s warm-up, then {limit}",
+            "{records} records per system; each measurement: {:.1} s warm-up, then {limit}; \
+             {rounds} round(s) per system and scenario in alternating order, the median \
+             (by ops/s) reported",
             warmup.as_secs_f64()
         );
         println!("systems (each in its own temporary directory):");
