@@ -8,12 +8,21 @@
 //! percolate --dir DATA mvcc alice           # every lock, write and value of the key
 //! percolate --dir DATA raw put k v          # the raw KV API (no transactions)
 //! percolate --dir DATA --hex get 616c696365 # keys and values as hex
+//! percolate --dir DATA soak --transactions 1000000 --kill-every 2
 //! ```
 //!
 //! Transactional commands go through [`percolate::Client`], each in its own
 //! transaction; `mvcc` and `raw` talk to the storage of the region holding
 //! the key. A failure prints one line, `error: ...`, on stderr and exits
 //! with status 1 (a malformed command line is clap's usage error, status 2).
+//!
+//! `soak` runs the crash writer (the hidden `crash-writer` command, this
+//! same binary) in a child process, kills it with SIGKILL over and over
+//! and checks the directory after each kill (see `percolate/crash.rs`). It
+//! exits with status 1 if any check failed.
+
+#[path = "percolate/crash.rs"]
+mod crash;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -70,6 +79,47 @@ enum Command {
     /// The raw KV API: no transactions, no versions.
     #[command(subcommand)]
     Raw(RawCommand),
+    /// Runs writer processes on DIR, kills each with SIGKILL at a random
+    /// moment, and checks after every kill that no commit was lost, none is
+    /// half visible, the bank and counters add up and timestamps never go
+    /// back.
+    Soak(SoakArgs),
+    /// The writer that `soak` and the crash tests kill (an internal
+    /// command).
+    #[command(hide = true)]
+    CrashWriter(CrashWriterArgs),
+}
+
+#[derive(Debug, Args)]
+struct SoakArgs {
+    /// Stop once this many transactions were reported committed.
+    #[arg(long, default_value_t = 1_000_000)]
+    transactions: u64,
+    /// Mean seconds a writer runs before it is killed.
+    #[arg(long, default_value_t = 2.0)]
+    kill_every: f64,
+    /// Threads of each writer.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Seeds the kill points and the writers (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+struct CrashWriterArgs {
+    /// The round: the first part of every transaction id.
+    #[arg(long)]
+    round: u64,
+    /// Threads running transactions.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Seeds the choice of transactions.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Exit after this many transactions (default: run until killed).
+    #[arg(long)]
+    transactions: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -152,9 +202,22 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
     let Some(dir) = cli.dir else {
         return Err("--dir DIR is required".into());
     };
+    let command = match cli.command {
+        Command::Soak(args) => return soak(&dir, &args, out),
+        Command::CrashWriter(args) => {
+            let args = crash::WriterArgs {
+                round: args.round,
+                threads: args.threads,
+                seed: args.seed,
+                transactions: args.transactions,
+            };
+            return crash::run_writer(&dir, &args).map_err(|e| e as Failure);
+        }
+        command => command,
+    };
     // Decode every argument before opening the directory: a typo costs
     // nothing.
-    let command = Decoded::new(cli.command, codec)?;
+    let command = Decoded::new(command, codec)?;
     let client = Client::open(&dir)?;
     match command {
         Decoded::Put(key, value) => {
@@ -207,6 +270,27 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `percolate soak`: see `crash::soak`.
+fn soak(dir: &std::path::Path, args: &SoakArgs, out: &mut impl Write) -> Result<(), Failure> {
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    let exe = std::env::current_exe()?;
+    let args = crash::SoakArgs {
+        transactions: args.transactions,
+        kill_every: args.kill_every,
+        threads: args.threads,
+        seed,
+    };
+    let totals = crash::soak(&exe, dir, &args, out).map_err(|e| e as Failure)?;
+    if totals.anomalies > 0 {
+        return Err(format!("soak found {} anomalies", totals.anomalies).into());
+    }
+    Ok(())
+}
+
 /// The storage of the region holding `key`.
 fn storage<'a>(client: &'a Client, key: &[u8]) -> &'a Storage {
     client.cluster().region_for(key).storage()
@@ -245,6 +329,9 @@ impl Decoded {
             Command::Raw(RawCommand::Put { key, value }) => Decoded::RawPut(d(&key)?, d(&value)?),
             Command::Raw(RawCommand::Delete { key }) => Decoded::RawDelete(d(&key)?),
             Command::Raw(RawCommand::Scan(args)) => Decoded::RawScan(Range::new(args, codec)?),
+            Command::Soak(_) | Command::CrashWriter(_) => {
+                return Err("soak and crash-writer are not data commands".into());
+            }
         })
     }
 }
