@@ -205,13 +205,13 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
     let command = match cli.command {
         Command::Soak(args) => return soak(&dir, &args, out),
         Command::CrashWriter(args) => {
-            let args = crash::WriterArgs {
+            let args = crash::writer::WriterArgs {
                 round: args.round,
                 threads: args.threads,
                 seed: args.seed,
                 transactions: args.transactions,
             };
-            return crash::run_writer(&dir, &args).map_err(|e| e as Failure);
+            return crash::writer::run_writer(&dir, &args).map_err(|e| e as Failure);
         }
         command => command,
     };
