@@ -105,7 +105,7 @@ pub fn open_and_load(
             .prefix(&format!("percolate-bench-{}-", kind.name()))
             .tempdir()?;
         let system = systems::open(kind, dir.path(), setup)?;
-        let bar = progress(setup.records, &format!("load {}", kind.name()));
+        let bar = progress(setup.records, &format!("load {}", kind.name()), "records");
         let next = AtomicU64::new(0);
         std::thread::scope(|s| -> Result<(), BoxError> {
             let workers: Vec<_> = (0..threads)
@@ -138,12 +138,14 @@ pub fn open_and_load(
     })
 }
 
-fn progress(len: u64, prefix: &str) -> ProgressBar {
-    let style = ProgressStyle::with_template(
-        "{prefix:>24} [{bar:40}] {pos}/{len} {per_sec} {msg} ({elapsed})",
-    )
-    .expect("valid template")
-    .progress_chars("=> ");
+/// A progress bar: `unit` follows the position (records loaded, ms or
+/// operations measured).
+fn progress(len: u64, prefix: &str, unit: &str) -> ProgressBar {
+    let template =
+        format!("{{prefix:>24}} [{{bar:40}}] {{pos}}/{{len}} {unit} {{msg}} ({{elapsed}})");
+    let style = ProgressStyle::with_template(&template)
+        .expect("valid template")
+        .progress_chars("=> ");
     ProgressBar::new(len)
         .with_style(style)
         .with_prefix(prefix.to_string())
@@ -192,7 +194,11 @@ pub fn measure(
     let done_ops = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let protocols_before = system.protocols();
-    let bar = progress(bar_len, name);
+    let unit = match limit {
+        RunLimit::Time(_) => "ms",
+        RunLimit::Ops(_) => "ops",
+    };
+    let bar = progress(bar_len, name, unit);
     let cpu_before = process_cpu();
     let results = std::thread::scope(|s| -> Result<Vec<ThreadResult>, BoxError> {
         let workers: Vec<_> = (0..scenario.threads)
