@@ -3,7 +3,7 @@
 //!
 //! A fail point is a call `fail::eval(NAME)` at a place in the code where
 //! something interesting can be left half done. Nothing happens there until
-//! a test configures the name with [`cfg`] (for every thread) or
+//! a test configures the name with [`cfg()`] (for every thread) or
 //! [`cfg_thread`] (for the calling thread only). The points are:
 //!
 //! | name | where | what is left behind on [`Action::Die`] |

@@ -240,7 +240,7 @@ impl<E: Engine> Transaction<E> {
     ///
     /// `commit` consumes the transaction, so it cannot be used afterwards:
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0382
     /// # let dir = tempfile::tempdir().unwrap();
     /// # let client = percolate_txn::client::Client::open(dir.path()).unwrap();
     /// let mut txn = client.begin().unwrap();
