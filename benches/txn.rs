@@ -69,7 +69,8 @@ impl Workload {
         self.engine
             .write(&txn.into_write_batch(), WriteOptions::default())
             .unwrap();
-        let mut reader = MvccReader::new(self.engine.snapshot()).ascending(true);
+        // As a command committing a sorted batch would read.
+        let mut reader = MvccReader::new(self.engine.snapshot()).ascending(n > 1);
         let mut txn = MvccTxn::new(start_ts);
         for mutation in mutations {
             black_box(commit(&mut txn, &mut reader, mutation.key, commit_ts).unwrap());

@@ -124,9 +124,9 @@ impl WriteBatch {
 }
 
 impl From<Vec<Modify>> for WriteBatch {
+    /// Takes the vector over as it is.
     fn from(modifies: Vec<Modify>) -> Self {
-        let mut batch = WriteBatch::new();
-        batch.extend(modifies);
-        batch
+        let size = modifies.iter().map(Modify::size).sum();
+        WriteBatch { modifies, size }
     }
 }

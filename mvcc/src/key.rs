@@ -38,8 +38,19 @@ const TS_LEN: usize = 8;
 ///
 /// `Ord` compares the encoded bytes, which is the same as comparing the raw
 /// keys.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key(Vec<u8>);
+
+impl Clone for Key {
+    /// Copies the bytes with room for a timestamp: clones are mostly turned
+    /// into versioned keys (`key.clone().append_ts(ts)`), which then need
+    /// no second allocation.
+    fn clone(&self) -> Key {
+        let mut encoded = Vec::with_capacity(self.0.len() + TS_LEN);
+        encoded.extend_from_slice(&self.0);
+        Key(encoded)
+    }
+}
 
 impl Key {
     /// Encodes a raw user key.

@@ -78,9 +78,9 @@ pub struct OverlappedWrite {
 /// # Ascending mode
 ///
 /// A caller that looks keys up in ascending order (a command over a sorted
-/// batch) can say so with [`ascending`](Self::ascending). From the second
-/// key on, the reader then also keeps a total-order cursor per CF and
-/// answers from where it rests whenever that position proves the answer:
+/// batch of several keys) can say so with [`ascending`](Self::ascending).
+/// The reader then keeps a total-order cursor per CF and answers from where
+/// it rests whenever that position proves the answer:
 ///
 /// * lock CF: a key's lock is found by stepping forward from the previous
 ///   key's position (a seek only when the key is not within a couple of
@@ -91,8 +91,8 @@ pub struct OverlappedWrite {
 ///
 /// A batch of new keys above the existing data thus costs one seek per CF
 /// instead of two lookups per key, and committing a sorted batch reads each
-/// lock with one step. The first key still uses point lookups, so a
-/// single-key command opens no extra cursor.
+/// lock with one step. Opening the cursors costs more than a point lookup,
+/// so a single-key command should not ask for this mode.
 ///
 /// Both cursors are created with a limit of 32 hidden entries (deleted
 /// keys, overwritten locks) that one move may pass: a lock CF full of the
@@ -135,9 +135,9 @@ impl<S: Snapshot> MvccReader<S> {
         self
     }
 
-    /// Tells the reader that its caller looks keys up in ascending order,
-    /// so that forward cursors can answer most lookups without a seek (see
-    /// the [type docs](Self#ascending-mode)). Defaults to false.
+    /// Tells the reader that its caller looks several keys up in ascending
+    /// order, so that forward cursors can answer most lookups without a
+    /// seek (see the [type docs](Self#ascending-mode)). Defaults to false.
     ///
     /// Only a hint: answers are exact in any order, since a forward cursor
     /// answers only where its position proves the answer. Keys out of order
@@ -160,7 +160,7 @@ impl<S: Snapshot> MvccReader<S> {
 
     /// The lock on `key`, if any.
     pub fn load_lock(&mut self, key: &Key) -> Result<Option<Lock>> {
-        if self.ascending && self.lock_forward.wanted() {
+        if self.ascending && !self.lock_forward.disabled {
             match self.load_lock_forward(key) {
                 Err(Error::Engine(percolate_engine::Error::Incomplete)) => {
                     self.lock_forward.disable()
@@ -386,7 +386,7 @@ impl<S: Snapshot> MvccReader<S> {
         self.seek_buf.clear();
         self.seek_buf.extend_from_slice(key.as_encoded());
         encode_u64_desc(&mut self.seek_buf, from_ts.into_inner());
-        if self.ascending && self.write_forward.wanted() {
+        if self.ascending && !self.write_forward.disabled {
             match self.has_no_versions(key) {
                 Ok(true) => return Ok(None),
                 Ok(false) => {}
@@ -457,10 +457,9 @@ pub(crate) const FORWARD_SKIP_LIMIT: u64 = 32;
 /// How many steps a forward cursor takes towards a key before it seeks.
 const NEAR_STEPS: usize = 2;
 
-/// One CF's forward cursor in ascending mode: opened at the second lookup,
+/// One CF's forward cursor in ascending mode: opened at the first lookup,
 /// dropped for good when a move hits [`FORWARD_SKIP_LIMIT`].
 struct Forward<I> {
-    lookups: usize,
     cursor: Option<ForwardCursor<I>>,
     disabled: bool,
 }
@@ -468,7 +467,6 @@ struct Forward<I> {
 impl<I> Default for Forward<I> {
     fn default() -> Self {
         Forward {
-            lookups: 0,
             cursor: None,
             disabled: false,
         }
@@ -476,13 +474,6 @@ impl<I> Default for Forward<I> {
 }
 
 impl<I: EngineIterator> Forward<I> {
-    /// Counts a lookup; whether it should go through the cursor (not the
-    /// first lookup, and the cursor was not given up).
-    fn wanted(&mut self) -> bool {
-        self.lookups += 1;
-        self.lookups > 1 && !self.disabled
-    }
-
     fn disable(&mut self) {
         self.disabled = true;
         self.cursor = None;
@@ -730,9 +721,8 @@ mod tests {
         }
     }
 
-    /// New keys above all data: after the first key, one seek per CF
-    /// answers every lookup of a prewrite and a step reads each lock of a
-    /// commit.
+    /// New keys above all data: one seek per CF answers every lookup of a
+    /// prewrite, and a step reads each lock of a commit.
     #[test]
     fn ascending_new_keys_cost_one_seek_per_cf() {
         let f = MvccFixture::new(temp_rocks_engine());
@@ -746,8 +736,8 @@ mod tests {
             assert_eq!(reader.seek_write(k, TimeStamp::max()).unwrap(), None);
         }
         let stats = *reader.statistics();
-        assert_eq!((stats.lock.get, stats.lock.seek), (1, 1));
-        assert_eq!((stats.write.seek, stats.write.next), (2, 0));
+        assert_eq!((stats.lock.get, stats.lock.seek), (0, 1));
+        assert_eq!((stats.write.seek, stats.write.next), (1, 0));
 
         for i in 100..110 {
             f.prewrite_put(&raw(i), b"new", &raw(100), 5);
@@ -757,7 +747,7 @@ mod tests {
             assert_eq!(reader.load_lock(k).unwrap().map(|l| l.ts), Some(ts(5)));
         }
         let stats = reader.statistics().lock;
-        assert_eq!((stats.get, stats.seek, stats.next), (1, 1, 8));
+        assert_eq!((stats.get, stats.seek, stats.next), (0, 1, 9));
     }
 
     /// A lock CF full of tombstones of released locks (and a write CF
@@ -802,8 +792,7 @@ mod tests {
         );
         let stats = *reader.statistics();
         assert!(reader.lock_forward.disabled && reader.write_forward.disabled);
-        // The first key and, after one failed seek, all the others: point
-        // lookups.
+        // After one failed seek, point lookups.
         assert_eq!((stats.lock.get, stats.lock.seek), (tombstones + 1, 1));
     }
 }

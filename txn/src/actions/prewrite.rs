@@ -432,14 +432,16 @@ fn prewrite_all<S: Snapshot>(
     secondaries: Option<&[Vec<u8>]>,
 ) -> Result<(MvccTxn, PrewriteResult)> {
     let mut txn = MvccTxn::new(props.start_ts);
-    let ascending = mutations
-        .windows(2)
-        .all(|pair| pair[0].key.as_encoded() < pair[1].key.as_encoded());
+    // A sorted batch of several keys reads through forward cursors.
+    let ascending = mutations.len() > 1
+        && mutations
+            .windows(2)
+            .all(|pair| pair[0].key.as_encoded() < pair[1].key.as_encoded());
     let mut reader = MvccReader::new(snapshot.clone()).ascending(ascending);
     let mut result = PrewriteResult::default();
     let mut one_pc_locks = Vec::new();
     for mutation in mutations {
-        let key = mutation.key.clone();
+        let key = &mutation.key;
         let is_primary = key.is_encoded_from(&props.primary);
         let secondaries = secondaries.filter(|_| is_primary);
         match prewrite(&mut txn, &mut reader, props, mutation.clone(), secondaries) {
@@ -448,7 +450,7 @@ fn prewrite_all<S: Snapshot>(
                 one_pc_locks.extend(done.one_pc_lock);
             }
             Err(e) if is_lock_or_conflict(&e) => {
-                if let Some(commit_ts) = committed_ts(&mut reader, props, &key)? {
+                if let Some(commit_ts) = committed_ts(&mut reader, props, key)? {
                     return Ok((
                         MvccTxn::new(props.start_ts),
                         already_committed(props, commit_ts),
