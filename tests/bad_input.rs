@@ -107,6 +107,71 @@ fn a_commit_ts_not_above_the_start_ts_is_refused_and_writes_nothing() {
     );
 }
 
+/// BEHAVIOUR.md O1: a read at a timestamp far beyond the oracle is refused
+/// (InvalidMaxTsUpdate) instead of pushing the region's max_ts, and with
+/// it every later async-commit and 1PC commit_ts, out of the oracle's
+/// reach. A timestamp within the allowance is accepted.
+#[test]
+fn a_read_far_ahead_of_the_oracle_cannot_poison_max_ts() {
+    let db = open();
+    let s = storage(&db.client, b"k");
+    let key = Key::from_raw(b"k");
+    let before = s.concurrency_manager().max_ts();
+    let latest = db.client.oracle().get_ts().unwrap();
+    let far = TimeStamp::compose(latest.physical() + 3_600_000, 0);
+    let checks: Vec<percolate::Result<()>> = vec![
+        s.get(key.clone(), far).map(drop),
+        s.batch_get(vec![key.clone()], far).map(drop),
+        s.scan_lock(None, None, far, 0).map(drop),
+        s.cleanup(key.clone(), far, TimeStamp::zero()).map(drop),
+        s.check_secondary_locks(vec![key.clone()], far).map(drop),
+        s.prewrite(Prewrite::new(
+            vec![Mutation::insert(key.clone(), b"v".to_vec())],
+            b"k",
+            far,
+        ))
+        .map(drop),
+    ];
+    for result in checks {
+        match result {
+            Err(Error::InvalidMaxTsUpdate {
+                attempted_ts,
+                limit,
+            }) => {
+                assert_eq!(attempted_ts, far);
+                assert!(limit < far && limit > latest, "limit {limit}");
+            }
+            other => panic!("expected InvalidMaxTsUpdate, got {other:?}"),
+        }
+    }
+    assert_eq!(s.concurrency_manager().max_ts(), before);
+    assert_nothing_written(&db.client);
+    // Ten seconds ahead is within the 60 s allowance.
+    let near = TimeStamp::compose(latest.physical() + 10_000, 0);
+    assert_eq!(s.get(key, near).unwrap(), None);
+    assert_eq!(s.concurrency_manager().max_ts(), near);
+}
+
+/// `TimeStamp::max()` is not a start_ts: a prewrite at it is refused (it
+/// used to panic computing its min_commit_ts).
+#[test]
+fn a_prewrite_at_the_max_timestamp_is_refused() {
+    let db = open();
+    let s = storage(&db.client, b"k");
+    let key = Key::from_raw(b"k");
+    let prewrite = || {
+        Prewrite::new(
+            vec![Mutation::put(key.clone(), b"v".to_vec())],
+            b"k",
+            TimeStamp::max(),
+        )
+    };
+    assert_invalid(s.prewrite(prewrite()));
+    assert_invalid(s.prewrite(prewrite().one_pc(TimeStamp::zero())));
+    assert_invalid(s.prewrite(prewrite().async_commit(vec![], TimeStamp::zero())));
+    assert_nothing_written(&db.client);
+}
+
 // ---------------------------------------------------------------------------
 // Empty keys and empty requests.
 

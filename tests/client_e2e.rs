@@ -32,6 +32,7 @@ use percolate::mvcc::{Key, Lock, LockType, TimeStamp, WriteType};
 use percolate::txn::actions::prewrite::{Mutation, PrewriteResult};
 use percolate::txn::cluster::Cluster;
 use percolate::txn::commands::Prewrite;
+use percolate::txn::concurrency_manager::MaxTsLimit;
 use percolate::txn::oracle::{Clock, LocalOracle, ManualClock, TimestampOracle};
 use percolate::txn::storage::StorageConfig;
 use percolate::{Client, ClientConfig, CommitInfo, CommitProtocol, Error, OpenOptions};
@@ -67,6 +68,10 @@ fn open_clocked(dir: &Path, clock: &Arc<ManualClock>, config: ClientConfig) -> C
     let oracle = Arc::new(LocalOracle::open_with_clock(dir, clock.clone()).unwrap());
     let storage = StorageConfig {
         initial_max_ts: oracle.get_ts().unwrap(),
+        max_ts_limit: Some(MaxTsLimit::new(
+            oracle.clone(),
+            MaxTsLimit::DEFAULT_ALLOWANCE,
+        )),
         ..Default::default()
     };
     let cluster = Cluster::open(dir.join("db"), split_keys(), storage).unwrap();

@@ -40,6 +40,7 @@ use percolate::mvcc::{Key, TimeStamp};
 use percolate::txn::actions::prewrite::Mutation;
 use percolate::txn::cluster::Cluster;
 use percolate::txn::commands::Prewrite;
+use percolate::txn::concurrency_manager::MaxTsLimit;
 use percolate::txn::oracle::{LocalOracle, ManualClock, TimestampOracle};
 use percolate::txn::storage::StorageConfig;
 use percolate::{Client, ClientConfig, CommitProtocol, Transaction};
@@ -89,6 +90,10 @@ fn open_clocked(dir: &Path, clock: &Arc<ManualClock>, config: ClientConfig) -> C
     let oracle = Arc::new(LocalOracle::open_with_clock(dir, clock.clone()).unwrap());
     let storage = StorageConfig {
         initial_max_ts: oracle.get_ts().unwrap(),
+        max_ts_limit: Some(MaxTsLimit::new(
+            oracle.clone(),
+            MaxTsLimit::DEFAULT_ALLOWANCE,
+        )),
         ..Default::default()
     };
     let split = vec![b"g".to_vec(), b"p".to_vec()];
@@ -309,8 +314,14 @@ fn audit(s: &Shared, seed: u64) {
             };
             (sum(accounts.as_slice()), sum(counters.as_slice()))
         } else {
-            let Ok(pairs) = txn.scan(b"", Some(&b"x"[..]), 0) else {
-                continue; // a lock that outlasted the wait: no snapshot read
+            let pairs = match txn.scan(b"", Some(&b"x"[..]), 0) {
+                Ok(pairs) => pairs,
+                // A lock that outlasted the wait: no snapshot read.
+                Err(e) if e.is_retryable() => continue,
+                Err(e) => {
+                    s.anomaly(format!("audit at {}: scan failed: {e}", txn.start_ts()));
+                    continue;
+                }
             };
             let sum = |part: &str| -> percolate::Result<u64> {
                 Ok(pairs
@@ -321,8 +332,14 @@ fn audit(s: &Shared, seed: u64) {
             };
             (sum("/acct/"), sum("/ctr/"))
         };
-        let (Ok(total), Ok(counted)) = (total, counted) else {
-            continue; // a lock that outlasted the wait: no snapshot read
+        let (total, counted) = match (total, counted) {
+            (Ok(total), Ok(counted)) => (total, counted),
+            // A lock that outlasted the wait: no snapshot read.
+            (Err(e), _) | (_, Err(e)) if e.is_retryable() => continue,
+            (Err(e), _) | (_, Err(e)) => {
+                s.anomaly(format!("audit at {}: read failed: {e}", txn.start_ts()));
+                continue;
+            }
         };
         if total != INITIAL_BALANCE * accounts.len() as u64 {
             s.anomaly(format!("audit at {}: total {total}", txn.start_ts()));

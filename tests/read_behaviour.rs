@@ -659,7 +659,7 @@ fn a20_reads_advance_max_ts<E: Engine>(f: MvccFixture<E>) {
     assert_eq!(cm.max_ts(), ts(100));
     get(MAX, false);
     assert_eq!(cm.max_ts(), ts(100));
-    cm.update_max_ts(MAX);
+    cm.update_max_ts(MAX).unwrap();
     assert_eq!(cm.max_ts(), ts(100));
 }
 

@@ -900,6 +900,35 @@ fn s3_1_max_ts_read_skips_only_plain_primary_locks<E: Engine>(f: StorageFixture<
     must_locked_by(f.storage.get(key(b"q"), MAX), 6, b"q");
 }
 
+/// G15: "CTS pushes max_ts to max(lock_ts, current_ts, caller_start_ts),
+/// leaving out u64::MAX values." Each check below lets a different one of
+/// the three be the largest.
+fn g15_check_txn_status_pushes_max_ts<E: Engine>(f: StorageFixture<E>) {
+    let check = |lock_ts: u64, caller: TimeStamp, current: TimeStamp| {
+        let options = CheckTxnStatusOptions {
+            caller_start_ts: caller,
+            current_ts: current,
+            rollback_if_not_exist: true,
+            ..Default::default()
+        };
+        let status = f.storage.check_txn_status(key(b"k"), ts(lock_ts), options);
+        assert_eq!(status.unwrap(), TxnStatus::LockNotExist);
+    };
+    check(10, ts(20), ts(150));
+    assert_eq!(f.max_ts(), ts(150), "current_ts the largest");
+    check(30, ts(300), ts(250));
+    assert_eq!(f.max_ts(), ts(300), "caller_start_ts the largest");
+    check(400, ts(0), ts(0));
+    assert_eq!(f.max_ts(), ts(400), "lock_ts the largest");
+    check(410, MAX, ts(500));
+    assert_eq!(f.max_ts(), ts(500), "a MAX caller_start_ts is left out");
+    check(420, ts(430), MAX);
+    assert_eq!(f.max_ts(), ts(500), "a MAX current_ts is left out");
+    // A later 1PC commit lands above every timestamp the checks carried.
+    let one_pc = f.must_prewrite(Prewrite::new(vec![put(b"c", b"v")], b"c", ts(440)).one_pc(ts(0)));
+    assert_eq!(one_pc.one_pc_commit_ts, ts(501));
+}
+
 /// §3.9: "ScanLock(max_ts=X) pushes max_ts to ≥X and checks memory locks.
 /// A later async/1PC commit from an older start_ts gets commit_ts > X."
 fn s3_9_scan_lock_bounds_later_async_commits<E: Engine>(f: StorageFixture<E>) {
@@ -934,6 +963,7 @@ on_both_engines!(
     n2_disjoint_keys_run_in_parallel,
     n4_latch_wait_respects_the_deadline,
     o1_every_read_raises_max_ts,
+    g15_check_txn_status_pushes_max_ts,
     o2_c13_existence_checks_are_linearizable,
     s3_1_max_ts_read_skips_only_plain_primary_locks,
     s3_9_scan_lock_bounds_later_async_commits,

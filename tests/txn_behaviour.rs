@@ -23,7 +23,8 @@ use percolate::engine::{Engine, MemoryEngine};
 use percolate::mvcc::WriteConflictReason::{self, Optimistic, SelfRolledBack};
 use percolate::mvcc::testing::ts;
 use percolate::mvcc::{
-    Error as MvccError, Key, Lock, LockType, RollbackProtection, TimeStamp, Write, WriteType,
+    Assertion, Error as MvccError, Key, Lock, LockType, RollbackProtection, TimeStamp, Write,
+    WriteType,
 };
 use percolate::txn::Error;
 use percolate::txn::actions::TxnStatus;
@@ -417,6 +418,51 @@ fn c16_retried_prewrite_of_rolled_back_txn_fails<E: Engine>(f: TxnFixture<E>) {
     });
     assert_write_conflict(&err, b"k1", (1, 5, 6), Optimistic);
     f.must_unlocked(b"k1");
+}
+
+/// Existence assertions (BEHAVIOUR.md §2, AssertionFailed): a prewrite may
+/// assert that a key has, or has not, a visible value at its start_ts. A
+/// true assertion prewrites as usual; a false one fails with the existing
+/// record's timestamps (zero when there is none) and writes nothing. A
+/// newest Delete or a Lock record above an older Put are seen through, as
+/// Insert sees them.
+fn c_existence_assertions<E: Engine>(f: TxnFixture<E>) {
+    let assert = |k: &[u8], a| put(k, b"new").with_assertion(a);
+    f.must_put_committed(b"there", b"v", 5, 10);
+    f.must_lock_committed(b"there", 11, 12);
+    f.must_put_committed(b"gone", b"v", 5, 10);
+    f.must_delete_committed(b"gone", 11, 12);
+
+    f.must_prewrite(assert(b"there", Assertion::Exist), b"there", 20);
+    f.must_prewrite(assert(b"absent", Assertion::NotExist), b"there", 20);
+    f.must_prewrite(assert(b"gone", Assertion::NotExist), b"there", 20);
+    f.must_locked(b"there", 20);
+    f.must_locked(b"absent", 20);
+    f.must_locked(b"gone", 20);
+
+    let failed = |k: &[u8], a, expected: (u64, u64)| match f.must_prewrite_err(assert(k, a), k, 30)
+    {
+        Error::Mvcc(MvccError::AssertionFailed {
+            start_ts,
+            key: failed_key,
+            assertion,
+            existing_start_ts,
+            existing_commit_ts,
+        }) => {
+            assert_eq!((start_ts, failed_key, assertion), (ts(30), key(k), a));
+            assert_eq!(
+                (existing_start_ts, existing_commit_ts),
+                (ts(expected.0), ts(expected.1))
+            );
+        }
+        other => panic!("expected AssertionFailed, got {other:?}"),
+    };
+    f.must_rollback(b"there", 20);
+    f.must_rollback(b"absent", 20);
+    f.must_rollback(b"gone", 20);
+    failed(b"there", Assertion::NotExist, (5, 10));
+    failed(b"absent", Assertion::Exist, (0, 0));
+    failed(b"gone", Assertion::Exist, (0, 0));
 }
 
 // ---------------------------------------------------------------- group E
@@ -1199,6 +1245,29 @@ fn j5_secondary_meets_another_txn<E: Engine>(f: TxnFixture<E>) {
     f.must_get(b"k3", 40, b"v");
 }
 
+/// J6: a stale pessimistic lock of the transaction (locked with conflict:
+/// its for_update_ts above the commit) is removed; the answer comes from
+/// the write CF: Committed with the commit_ts when the commit record is
+/// there, RolledBack (protected) when nothing is.
+fn j6_stale_pessimistic_lock<E: Engine>(f: TxnFixture<E>) {
+    f.must_put_committed(b"k", b"v", 5, 10);
+    f.must_put_lock(b"k", &TxnFixture::<E>::pessimistic_lock(b"k", 5, 12));
+    assert_eq!(
+        f.must_check_secondary_lock(b"k", 5),
+        SecondaryLockStatus::Committed(ts(10))
+    );
+    f.must_unlocked(b"k");
+    f.must_get(b"k", 10, b"v");
+
+    f.must_put_lock(b"k2", &TxnFixture::<E>::pessimistic_lock(b"k2", 20, 25));
+    assert_eq!(
+        f.must_check_secondary_lock(b"k2", 20),
+        SecondaryLockStatus::RolledBack
+    );
+    f.must_unlocked(b"k2");
+    f.must_get_rollback(b"k2", 20, true);
+}
+
 /// J, the reference sequence of upstream's
 /// test_check_async_commit_secondary_locks, all on k1.
 fn j_reference_sequence<E: Engine>(f: TxnFixture<E>) {
@@ -1443,6 +1512,7 @@ on_both_engines!(
     c13_existence_checks_are_linearizable,
     c15_retried_prewrite_of_committed_txn_meets_newer_lock,
     c16_retried_prewrite_of_rolled_back_txn_fails,
+    c_existence_assertions,
     e1_commit_writes_record_of_lock_type,
     e2_commit_ts_not_above_start_ts,
     e4_recommit_at_another_ts_is_a_noop,
@@ -1476,6 +1546,7 @@ on_both_engines!(
     j2_secondary_committed,
     j3_secondary_rolled_back,
     j5_secondary_meets_another_txn,
+    j6_stale_pessimistic_lock,
     j_reference_sequence,
     l2_resolve_with_commit_ts_not_above_start_ts,
     l3_resolve_async_lock_below_min_commit_ts,

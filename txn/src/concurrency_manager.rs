@@ -10,15 +10,83 @@
 //! the memory table ([`read_key_check`]). Whatever the interleaving, either
 //! the reader sees the memory lock, or the prewrite sees the reader's ts.
 //!
+//! `max_ts` only grows, so one read at an absurd timestamp (a stale read
+//! retried with a made-up ts, a bug in a caller) would push every later
+//! async-commit and 1PC commit_ts of the region past it: commits that no
+//! reader with an oracle timestamp could see for a long time. A
+//! [`MaxTsLimit`] bounds it, as TiKV bounds it by PD's latest timestamp:
+//! an update above the oracle's latest timestamp plus an allowance is
+//! refused with [`Error::InvalidMaxTsUpdate`] (BEHAVIOUR.md O1).
+//!
 //! [`lock_keys`]: ConcurrencyManager::lock_keys
 //! [`read_key_check`]: ConcurrencyManager::read_key_check
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
 use percolate_mvcc::{Key, Lock, TimeStamp};
+
+use crate::Error;
+use crate::oracle::TimestampOracle;
+
+/// The upper bound on a region's `max_ts`: the latest timestamp of the
+/// oracle plus an allowance for clock drift between the oracle and the
+/// callers.
+///
+/// The bound is cached. An update at or below it costs one atomic load; one
+/// above it asks the oracle for a fresh timestamp and moves the bound up
+/// first, so a caller whose timestamps come from the same oracle is never
+/// refused.
+#[derive(Clone)]
+pub struct MaxTsLimit {
+    oracle: Arc<dyn TimestampOracle>,
+    allowance: Duration,
+}
+
+impl MaxTsLimit {
+    /// TiKV's default allowance (`max-ts-drift-allowance`): 60 s.
+    pub const DEFAULT_ALLOWANCE: Duration = Duration::from_secs(60);
+
+    /// Bounds `max_ts` by `oracle`'s latest timestamp plus `allowance`
+    /// (on its physical part).
+    pub fn new(oracle: Arc<dyn TimestampOracle>, allowance: Duration) -> Self {
+        MaxTsLimit { oracle, allowance }
+    }
+
+    /// The bound now: a fresh timestamp with the allowance added.
+    fn fresh(&self) -> crate::Result<TimeStamp> {
+        let latest = self.oracle.get_ts()?;
+        let allowance_ms = u64::try_from(self.allowance.as_millis()).unwrap_or(u64::MAX);
+        let physical = latest.physical().saturating_add(allowance_ms);
+        // Past the 46 bits of the physical part: no bound to speak of.
+        Ok(if physical >= 1 << 46 {
+            TimeStamp::max()
+        } else {
+            TimeStamp::compose(physical, 0)
+        })
+    }
+}
+
+impl std::fmt::Debug for MaxTsLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MaxTsLimit")
+            .field("allowance", &self.allowance)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two limits are equal when they ask the same oracle with the same
+/// allowance.
+impl PartialEq for MaxTsLimit {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.oracle, &other.oracle) && self.allowance == other.allowance
+    }
+}
+
+impl Eq for MaxTsLimit {}
 
 /// `max_ts` and the memory locks of one region. A cheap handle: clones
 /// share the same state, and every method takes `&self`.
@@ -32,6 +100,9 @@ struct Inner {
     max_ts: AtomicU64,
     /// Invariant: an entry lives exactly as long as its [`KeyGuard`].
     table: Mutex<BTreeMap<Key, Arc<MemoryLock>>>,
+    limit: Option<MaxTsLimit>,
+    /// The last bound `limit` gave (0: not asked yet). Only grows.
+    cached_limit: AtomicU64,
 }
 
 /// The slot of one key in the memory lock table.
@@ -104,10 +175,18 @@ impl ConcurrencyManager {
     /// from the oracle, so that commits computed here are never below a read
     /// served before a restart).
     pub fn new(latest_ts: TimeStamp) -> Self {
+        Self::with_limit(latest_ts, None)
+    }
+
+    /// A manager whose `max_ts` starts at `latest_ts` and, with a `limit`,
+    /// never goes above it (see [`MaxTsLimit`]).
+    pub fn with_limit(latest_ts: TimeStamp, limit: Option<MaxTsLimit>) -> Self {
         ConcurrencyManager {
             inner: Arc::new(Inner {
                 max_ts: AtomicU64::new(latest_ts.into_inner()),
                 table: Mutex::default(),
+                limit,
+                cached_limit: AtomicU64::new(0),
             }),
         }
     }
@@ -118,13 +197,38 @@ impl ConcurrencyManager {
     }
 
     /// Raises `max_ts` to `ts`. `TimeStamp::max()` ("read the latest") is
-    /// not a real timestamp and is ignored.
-    pub fn update_max_ts(&self, ts: TimeStamp) {
-        if !ts.is_max() {
-            self.inner
-                .max_ts
-                .fetch_max(ts.into_inner(), Ordering::SeqCst);
+    /// not a real timestamp and is ignored. With a [`MaxTsLimit`], a `ts`
+    /// above it is refused with [`Error::InvalidMaxTsUpdate`] and `max_ts`
+    /// stays as it was.
+    pub fn update_max_ts(&self, ts: TimeStamp) -> crate::Result<()> {
+        if ts.is_max() {
+            return Ok(());
         }
+        self.check_limit(ts)?;
+        self.inner
+            .max_ts
+            .fetch_max(ts.into_inner(), Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn check_limit(&self, ts: TimeStamp) -> crate::Result<()> {
+        let Some(limit) = &self.inner.limit else {
+            return Ok(());
+        };
+        if ts.into_inner() <= self.inner.cached_limit.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let fresh = limit.fresh()?;
+        self.inner
+            .cached_limit
+            .fetch_max(fresh.into_inner(), Ordering::Relaxed);
+        if ts > fresh {
+            return Err(Error::InvalidMaxTsUpdate {
+                attempted_ts: ts,
+                limit: fresh,
+            });
+        }
+        Ok(())
     }
 
     /// Puts `keys` into the memory lock table (sorted first, so concurrent
@@ -231,12 +335,39 @@ mod tests {
     #[test]
     fn o1_max_ts_only_grows_and_ignores_max() {
         let cm = ConcurrencyManager::new(ts(50));
-        cm.update_max_ts(ts(100));
+        cm.update_max_ts(ts(100)).unwrap();
         assert_eq!(cm.max_ts(), ts(100));
-        cm.update_max_ts(ts(70));
+        cm.update_max_ts(ts(70)).unwrap();
         assert_eq!(cm.max_ts(), ts(100));
-        cm.update_max_ts(TimeStamp::max());
+        cm.update_max_ts(TimeStamp::max()).unwrap();
         assert_eq!(cm.max_ts(), ts(100));
+    }
+
+    #[test]
+    fn o1_updates_above_the_oracle_limit_are_refused() {
+        use crate::oracle::{CounterOracle, TimestampOracle};
+        // The oracle is at physical 1,000 ms; the allowance is 2 s.
+        let oracle = Arc::new(CounterOracle::new(
+            TimeStamp::compose(1_000, 0).into_inner(),
+        ));
+        let limit = MaxTsLimit::new(oracle.clone(), Duration::from_secs(2));
+        let cm = ConcurrencyManager::with_limit(ts(1), Some(limit));
+        let bound = TimeStamp::compose(3_000, 0);
+        cm.update_max_ts(bound).unwrap();
+        assert_eq!(cm.max_ts(), bound);
+        match cm.update_max_ts(bound.next()) {
+            Err(Error::InvalidMaxTsUpdate {
+                attempted_ts,
+                limit,
+            }) => assert_eq!((attempted_ts, limit), (bound.next(), bound)),
+            other => panic!("expected InvalidMaxTsUpdate, got {other:?}"),
+        }
+        assert_eq!(cm.max_ts(), bound, "a refused update changes nothing");
+        cm.update_max_ts(TimeStamp::max()).unwrap();
+        // The oracle moves on: the bound follows it.
+        oracle.get_ts_batch(1_000 << 18).unwrap();
+        cm.update_max_ts(bound.next()).unwrap();
+        assert_eq!(cm.max_ts(), bound.next());
     }
 
     #[test]

@@ -26,6 +26,17 @@ pub enum Error {
         commit_ts: TimeStamp,
     },
 
+    /// A timestamp too far ahead of the oracle to be counted in a region's
+    /// `max_ts` (see [`MaxTsLimit`](crate::concurrency_manager::MaxTsLimit)):
+    /// the request was refused and nothing was read or written.
+    #[error("invalid max_ts update: {attempted_ts} is above the limit {limit}")]
+    InvalidMaxTsUpdate {
+        /// The timestamp the request carried.
+        attempted_ts: TimeStamp,
+        /// The bound: the oracle's latest timestamp plus the allowance.
+        limit: TimeStamp,
+    },
+
     /// A request that breaks a rule of the protocol before any data is read.
     #[error("invalid request: {reason}")]
     InvalidRequest {

@@ -20,9 +20,17 @@
 //! * **storage** ([`storage::Storage`]): the command API of one region,
 //!   blocking or not, over RocksDB by default; also raw (non-transactional)
 //!   key-value commands in a column family of their own.
-//! * **client**: the coordinator (timestamps, parallel prewrite, 2PC /
-//!   async commit / 1PC, lock resolution) is being built (see the
-//!   project's open issues).
+//! * **regions** ([`cluster`]): the key space split by boundary keys, one
+//!   `Storage` (latches, scheduler, concurrency manager) per region, all
+//!   over one engine. Nothing above a region reaches past its command API.
+//! * **oracle** ([`oracle`]): timestamps `physical_ms << 18 | logical`,
+//!   strictly increasing, with a durable high-water mark.
+//! * **client** ([`client`]): the coordinator of Percolator: start_ts from
+//!   the oracle, buffered writes, reads that resolve the locks they meet,
+//!   and the commit (prewrite batches sent to every region at once, then
+//!   1PC, async commit or 2PC). Stateless between transactions, as in the
+//!   paper: everything a crashed client leaves behind is resolved by
+//!   whoever meets its locks.
 
 pub mod actions;
 pub mod client;

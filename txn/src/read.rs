@@ -54,10 +54,13 @@ pub struct ScanRequest {
 
 /// Counts a read at `ts` in `max_ts`. RC reads never check locks, so they
 /// need not be counted; stale reads use a ts the oracle did not hand out.
-fn note_read(cm: &ConcurrencyManager, ts: TimeStamp, options: &ReadOptions) {
+/// Fails, reading nothing, when `ts` is beyond the region's
+/// [`MaxTsLimit`](crate::concurrency_manager::MaxTsLimit).
+fn note_read(cm: &ConcurrencyManager, ts: TimeStamp, options: &ReadOptions) -> Result<()> {
     if !options.stale_read && options.isolation_level != IsolationLevel::Rc {
-        cm.update_max_ts(ts);
+        cm.update_max_ts(ts)?;
     }
+    Ok(())
 }
 
 /// The value of `key` at `ts`.
@@ -68,7 +71,7 @@ pub fn get<E: Engine>(
     ts: TimeStamp,
     options: &ReadOptions,
 ) -> Result<Option<Vec<u8>>> {
-    note_read(cm, ts, options);
+    note_read(cm, ts, options)?;
     if options.isolation_level == IsolationLevel::Si {
         cm.read_key_check(key, |lock, key| {
             check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
@@ -100,7 +103,7 @@ pub fn batch_get<E: Engine>(
     ts: TimeStamp,
     options: &ReadOptions,
 ) -> Result<Vec<Result<KvPair>>> {
-    note_read(cm, ts, options);
+    note_read(cm, ts, options)?;
     if options.isolation_level == IsolationLevel::Si {
         for key in keys {
             cm.read_key_check(key, |lock, key| {
@@ -137,7 +140,7 @@ pub fn scan<E: Engine>(
     } else {
         (Some(request.start_key.clone()), request.end_key.clone())
     };
-    note_read(cm, request.ts, options);
+    note_read(cm, request.ts, options)?;
     if options.isolation_level == IsolationLevel::Si {
         cm.read_range_check(lower.as_ref(), upper.as_ref(), |lock, key| {
             check_lock_blocks_read(lock, key, request.ts, &options.bypass_locks)

@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 
 use percolate::mvcc::TimeStamp;
 use percolate::txn::cluster::Cluster;
+use percolate::txn::concurrency_manager::MaxTsLimit;
 use percolate::txn::oracle::{LocalOracle, TimestampOracle};
 use percolate::txn::storage::StorageConfig;
 use percolate::{Client, Transaction};
@@ -89,6 +90,10 @@ fn open_writer(dir: &Path) -> Result<Client, Failure> {
     });
     let storage = StorageConfig {
         initial_max_ts: oracle.get_ts()?,
+        max_ts_limit: Some(MaxTsLimit::new(
+            oracle.clone(),
+            MaxTsLimit::DEFAULT_ALLOWANCE,
+        )),
         ..StorageConfig::default()
     };
     let cluster = Cluster::open(dir.join("db"), split_keys(), storage)?;

@@ -37,6 +37,7 @@ use percolate_mvcc::{Key, TimeStamp};
 use self::heartbeat::HeartBeats;
 pub use self::transaction::{CommitInfo, CommitProtocol, Transaction};
 use crate::cluster::Cluster;
+use crate::concurrency_manager::MaxTsLimit;
 use crate::oracle::{LocalOracle, TimestampOracle};
 use crate::read::ReadOptions;
 use crate::storage::StorageConfig;
@@ -142,12 +143,23 @@ impl Client<RocksEngine> {
                 source,
             })
         })?;
-        let oracle = Arc::new(LocalOracle::open(dir)?);
+        // RocksDB first: its LOCK file refuses a second process on the same
+        // directory, which would otherwise race this one on the oracle's
+        // state file.
+        let engine = RocksEngine::open(dir.join("db"))?;
+        let oracle: Arc<dyn TimestampOracle> = Arc::new(LocalOracle::open(dir)?);
+        let max_ts_limit = options.storage.max_ts_limit.clone().or_else(|| {
+            Some(MaxTsLimit::new(
+                oracle.clone(),
+                MaxTsLimit::DEFAULT_ALLOWANCE,
+            ))
+        });
         let storage = StorageConfig {
             initial_max_ts: oracle.get_ts()?,
+            max_ts_limit,
             ..options.storage
         };
-        let cluster = Cluster::open(dir.join("db"), options.split_keys, storage)?;
+        let cluster = Cluster::new(engine, options.split_keys, storage);
         Ok(Client::new(cluster, oracle, options.client))
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp};
@@ -62,6 +62,10 @@ pub struct CommitInfo {
 pub struct Transaction<E: Engine = RocksEngine> {
     client: Arc<Inner<E>>,
     start_ts: TimeStamp,
+    /// When the start_ts was taken, by this process's clock: a lock's TTL
+    /// counts from its start_ts, so the locks of a transaction that stayed
+    /// open for a while get that time on top of the configured TTL.
+    began: Instant,
     buffer: BTreeMap<Vec<u8>, Op>,
 }
 
@@ -85,6 +89,7 @@ impl<E: Engine> Transaction<E> {
         Transaction {
             client,
             start_ts,
+            began: Instant::now(),
             buffer: BTreeMap::new(),
         }
     }
@@ -269,7 +274,12 @@ impl<E: Engine> Transaction<E> {
                 protocol: CommitProtocol::ReadOnly,
             });
         }
-        Committer::new(&self.client, self.start_ts, buffer).run()
+        // Without the time already spent, a transaction kept open longer
+        // than the TTL would write locks that are expired from the start,
+        // and any reader could roll it back before its first heart beat.
+        let elapsed_ms = u64::try_from(self.began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let lock_ttl_ms = self.client.config.lock_ttl_ms.saturating_add(elapsed_ms);
+        Committer::new(&self.client, self.start_ts, lock_ttl_ms, buffer).run()
     }
 }
 
@@ -297,16 +307,35 @@ struct Committer<'a, E: Engine> {
     batches: Vec<Batch>,
     protocol: CommitProtocol,
     key_count: usize,
+    /// The TTL of every lock: the configured one plus the time the
+    /// transaction was open before its commit began.
+    lock_ttl_ms: u64,
+    /// Every key but the primary, raw, for an async-commit primary lock;
+    /// empty for the other protocols.
+    secondaries: Vec<Vec<u8>>,
     /// Set once the transaction is committed (its commit point passed):
     /// from then on an error must not unlock anything.
     committed: bool,
 }
 
 impl<'a, E: Engine> Committer<'a, E> {
-    fn new(client: &'a Inner<E>, start_ts: TimeStamp, buffer: BTreeMap<Vec<u8>, Op>) -> Self {
+    fn new(
+        client: &'a Inner<E>,
+        start_ts: TimeStamp,
+        lock_ttl_ms: u64,
+        buffer: BTreeMap<Vec<u8>, Op>,
+    ) -> Self {
         let config = &client.config;
         let primary = buffer.keys().next().expect("not empty").clone();
         let key_count = buffer.len();
+        let may_commit_async = config.async_commit && key_count <= config.max_async_commit_keys;
+        // The raw keys an async-commit primary lock lists, taken before the
+        // buffer is consumed (not decoded back from the encoded keys).
+        let mut secondaries: Vec<Vec<u8>> = if may_commit_async {
+            buffer.keys().skip(1).cloned().collect()
+        } else {
+            Vec::new()
+        };
         let mut by_region: Vec<(usize, Vec<Mutation>)> = Vec::new();
         for (raw, op) in buffer {
             let region = client.cluster.region_index(&raw);
@@ -339,11 +368,14 @@ impl<'a, E: Engine> Committer<'a, E> {
         }
         let protocol = if batches.len() == 1 && config.one_pc {
             CommitProtocol::OnePc
-        } else if config.async_commit && key_count <= config.max_async_commit_keys {
+        } else if may_commit_async {
             CommitProtocol::AsyncCommit
         } else {
             CommitProtocol::TwoPc
         };
+        if protocol != CommitProtocol::AsyncCommit {
+            secondaries = Vec::new();
+        }
         Committer {
             client,
             start_ts,
@@ -352,15 +384,16 @@ impl<'a, E: Engine> Committer<'a, E> {
             batches,
             protocol,
             key_count,
+            lock_ttl_ms,
+            secondaries,
             committed: false,
         }
     }
 
     fn prewrite_command(&self, batch: &Batch) -> Prewrite {
-        let config = &self.client.config;
         let mut prewrite =
             Prewrite::new(batch.mutations.clone(), self.primary.clone(), self.start_ts)
-                .lock_ttl(config.lock_ttl_ms)
+                .lock_ttl(self.lock_ttl_ms)
                 .txn_size(self.key_count as u64);
         match self.protocol {
             CommitProtocol::OnePc => prewrite = prewrite.one_pc(TimeStamp::zero()),
@@ -370,13 +403,7 @@ impl<'a, E: Engine> Committer<'a, E> {
                     .iter()
                     .any(|m| m.key.is_encoded_from(&self.primary));
                 let secondaries = if holds_primary {
-                    self.keys_by_region
-                        .iter()
-                        .flat_map(|(_, keys)| keys)
-                        .filter(|k| !k.is_encoded_from(&self.primary))
-                        .map(raw)
-                        .collect::<Result<Vec<_>>>()
-                        .unwrap_or_default()
+                    self.secondaries.clone()
                 } else {
                     Vec::new()
                 };
@@ -518,10 +545,15 @@ impl<'a, E: Engine> Committer<'a, E> {
                 match pending.wait() {
                     Ok(result) if result.locks.is_empty() => results[i] = Some(result),
                     Ok(result) => {
+                        // Every reply is awaited even after an error, so
+                        // that an Unlock sent afterwards finds every
+                        // prewrite finished.
                         for e in result.locks {
                             match into_lock(e) {
                                 Ok(lock) => locks.push(lock),
-                                Err(e) => return Err(e),
+                                Err(e) => {
+                                    first_error.get_or_insert(e);
+                                }
                             }
                         }
                     }

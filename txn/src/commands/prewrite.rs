@@ -45,7 +45,12 @@ impl Prewrite {
                 primary: primary.into(),
                 lock_ttl: 3000,
                 txn_size,
-                min_commit_ts: start_ts.next(),
+                // MAX is refused by `check`; no panic building the request.
+                min_commit_ts: if start_ts.is_max() {
+                    start_ts
+                } else {
+                    start_ts.next()
+                },
                 ..Default::default()
             },
             secondaries: None,
@@ -98,6 +103,9 @@ impl Prewrite {
         require_keys(&keys, "prewrite needs at least one mutation")?;
         if self.props.start_ts.is_zero() {
             return Err(invalid("prewrite needs a non-zero start_ts", None));
+        }
+        if self.props.start_ts.is_max() {
+            return Err(invalid("TimeStamp::max() is not a start_ts", None));
         }
         if self.props.primary.is_empty() {
             return Err(invalid("prewrite needs a primary key", None));
@@ -176,7 +184,7 @@ impl WriteCommand for Prewrite {
                 MutationKind::Insert(_) | MutationKind::CheckNotExists
             )
         }) {
-            ctx.cm.update_max_ts(props.start_ts);
+            ctx.cm.update_max_ts(props.start_ts)?;
         }
         if props.commit_kind == CommitKind::TwoPc {
             let (txn, result) =

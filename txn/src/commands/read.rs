@@ -88,7 +88,7 @@ impl ReadCommand for ScanLock {
     type Output = Vec<LockInfo>;
 
     fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
-        cm.update_max_ts(self.max_ts);
+        cm.update_max_ts(self.max_ts)?;
         let mut reader = MvccReader::new(engine.snapshot());
         scan_lock(
             &mut reader,

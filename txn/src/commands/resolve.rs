@@ -35,7 +35,7 @@ impl WriteCommand for Cleanup {
     }
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
-        ctx.cm.update_max_ts(self.start_ts);
+        ctx.cm.update_max_ts(self.start_ts)?;
         let current_ts = self.current_ts;
         let (txn, mut released) = for_each_key(
             ctx.snapshot,
@@ -49,8 +49,10 @@ impl WriteCommand for Cleanup {
 
 /// Checks the transaction `start_ts` on its primary key: rolls it back if
 /// its lock expired, pushes its min_commit_ts above the caller's start_ts,
-/// and reports its status. Raises `max_ts` to the larger of `start_ts` and
-/// the caller's start_ts.
+/// and reports its status. Raises `max_ts` to the largest of `start_ts`,
+/// the caller's start_ts and `current_ts` (TiKV's rule, BEHAVIOUR.md G15):
+/// the caller has seen time up to `current_ts`, so no async-commit or 1PC
+/// transaction may later commit at or below it unseen.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckTxnStatus {
     /// The transaction's primary key.
@@ -70,8 +72,9 @@ impl WriteCommand for CheckTxnStatus {
     }
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<TxnStatus>> {
-        ctx.cm.update_max_ts(self.start_ts);
-        ctx.cm.update_max_ts(self.options.caller_start_ts);
+        ctx.cm.update_max_ts(self.start_ts)?;
+        ctx.cm.update_max_ts(self.options.caller_start_ts)?;
+        ctx.cm.update_max_ts(self.options.current_ts)?;
         let options = self.options;
         let (txn, mut status) = for_each_key(
             ctx.snapshot,
@@ -122,7 +125,7 @@ impl WriteCommand for CheckSecondaryLocks {
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
         require_keys(&self.keys, "check_secondary_locks needs at least one key")?;
-        ctx.cm.update_max_ts(self.start_ts);
+        ctx.cm.update_max_ts(self.start_ts)?;
         let mut outcome = Some(Vec::new());
         let mut decided = None;
         let (txn, _) = for_each_key(

@@ -137,8 +137,11 @@ enum GroupMsg {
     Stop,
 }
 
-/// Runs commands on a pool of worker threads. Dropping it lets queued
-/// commands finish, then stops and joins its threads.
+/// Runs commands on a pool of worker threads. Dropping it stops the
+/// workers behind the commands already handed to them (those run to the
+/// end); a command still waiting for its latches then, or submitted
+/// afterwards through a surviving handle, is answered `Aborted`. The drop
+/// joins the threads, after the group-commit writer wrote what it holds.
 pub struct Scheduler<E: Engine> {
     inner: Arc<Inner<E>>,
     threads: Vec<JoinHandle<()>>,

@@ -43,7 +43,7 @@ use crate::commands::{
     RawScan, ReadCommand, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus, TxnHeartBeat,
     WriteCommand, WriteContext,
 };
-use crate::concurrency_manager::ConcurrencyManager;
+use crate::concurrency_manager::{ConcurrencyManager, MaxTsLimit};
 use crate::read::{ReadOptions, ScanRequest};
 use crate::scheduler::{JobInput, Pending, Scheduler, SchedulerConfig, pending};
 use crate::{Error, Result};
@@ -57,6 +57,12 @@ pub struct StorageConfig {
     /// so that async-commit and 1PC transactions never commit below a read
     /// served before a restart. Defaults to zero.
     pub initial_max_ts: TimeStamp,
+    /// The bound on the region's `max_ts`, from the oracle: a read or
+    /// check at a timestamp beyond it is refused with
+    /// [`Error::InvalidMaxTsUpdate`]. Defaults to `None` (no bound: this
+    /// storage knows no oracle); [`Client::open`](crate::client::Client::open)
+    /// sets one with its oracle and [`MaxTsLimit::DEFAULT_ALLOWANCE`].
+    pub max_ts_limit: Option<MaxTsLimit>,
 }
 
 /// Per-command options.
@@ -101,7 +107,7 @@ impl Storage<RocksEngine> {
 impl<E: Engine> Storage<E> {
     /// A storage over `engine`.
     pub fn new(engine: E, config: StorageConfig) -> Self {
-        let cm = ConcurrencyManager::new(config.initial_max_ts);
+        let cm = ConcurrencyManager::with_limit(config.initial_max_ts, config.max_ts_limit.clone());
         Storage {
             scheduler: Scheduler::new(engine, cm, &config.scheduler),
         }
