@@ -333,3 +333,34 @@ fn a_live_lock_makes_a_reader_wait_until_its_deadline() {
     let txn = s.client.begin().unwrap();
     assert_eq!(txn.get(b"b").unwrap(), None);
 }
+
+/// A lock's TTL counts from its start_ts, so a transaction kept open longer
+/// than the TTL before committing must not write locks that are expired
+/// from the start (any reader could roll it back before its first heart
+/// beat): its locks get the time it was open on top of the TTL.
+#[test]
+fn locks_of_a_long_open_transaction_get_the_time_it_was_open() {
+    let _scenario = crate::fail::scenario();
+    let s = setup(ClientConfig {
+        lock_ttl_ms: 100,
+        ..ClientConfig::default()
+    });
+    let mut txn = s.client.begin().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    txn.put(b"a".to_vec(), b"1".to_vec());
+    txn.put(b"h".to_vec(), b"2".to_vec());
+    // Die once every prewrite is in, leaving the locks to look at.
+    crate::fail::cfg_thread(
+        crate::fail::CLIENT_PREWRITE_ALL,
+        crate::fail::Action::Die,
+        0,
+        Some(1),
+    );
+    let err = txn.commit().unwrap_err();
+    assert!(crate::fail::is_death(&err), "{err:?}");
+    for k in [&b"a"[..], b"h"] {
+        let storage = s.client.cluster().region_for(k).storage();
+        let lock = storage.mvcc_by_key(key(k)).unwrap().lock.expect("locked");
+        assert!(lock.ttl >= 400, "ttl {} of {k:?}", lock.ttl);
+    }
+}
