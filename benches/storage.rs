@@ -4,7 +4,9 @@
 //! * Worker scaling: one client thread keeps a window of 1-key prewrite
 //!   commands on disjoint keys in flight (the non-blocking API), against a
 //!   Storage with 1 worker and one with 2. Target: 2 workers >= 1.7x the
-//!   commands per second of 1.
+//!   commands per second of 1. A `CPU` line gives the cores each keeps
+//!   busy (all threads: client, workers, RocksDB's): the ratio cannot
+//!   exceed the cores available over the cores the 1-worker run uses.
 //! * Commit protocols for a 4-key transaction in one region, each measured
 //!   until the client knows the transaction committed: 2PC (prewrite, then
 //!   commit of the primary; the secondaries' commit is sent without waiting),
@@ -178,6 +180,21 @@ fn bench_workers(c: &mut Criterion) {
             9,
             (|| two.prewrites(COMMANDS, keys), |cmds| two.pipelined(cmds)),
             (|| one.prewrites(COMMANDS, keys), |cmds| one.pipelined(cmds)),
+        );
+        // What bounds the ratio on a small machine: the cores the whole
+        // process (client thread, workers, RocksDB's threads) keeps busy.
+        let cores = |region: &Region| {
+            support::cores_used(
+                9,
+                || region.prewrites(COMMANDS, keys),
+                |cmds| region.pipelined(cmds),
+            )
+        };
+        let (with_one, with_two) = (cores(&one), cores(&two));
+        println!(
+            "CPU Storage {keys}-key prewrite commands: 1 worker keeps {with_one:.2} cores busy, \
+             2 workers {with_two:.2} (of {} available)",
+            std::thread::available_parallelism().map_or(0, usize::from)
         );
     }
     let mut group = c.benchmark_group("storage_pipelined_prewrite");

@@ -62,3 +62,32 @@ fn median(times: &mut [Duration]) -> Duration {
     times.sort_unstable();
     times[times.len() / 2]
 }
+
+/// The CPU time of every live thread of this process so far, in
+/// nanoseconds, from `/proc/self/task/*/schedstat` (whose first field is
+/// the time the thread ran); zero where there is no such file.
+#[allow(dead_code)] // Not every bench reports CPU.
+pub fn process_cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Runs `run(prepare())` `rounds` times and returns the cores the process
+/// kept busy meanwhile: CPU time of all its threads over wall time.
+#[allow(dead_code)] // Not every bench reports CPU.
+pub fn cores_used<P>(rounds: usize, mut prepare: impl FnMut() -> P, mut run: impl FnMut(P)) -> f64 {
+    let (mut cpu, mut wall) = (0u64, Duration::ZERO);
+    for _ in 0..rounds {
+        let input = prepare();
+        let (cpu_before, start) = (process_cpu_ns(), Instant::now());
+        run(input);
+        wall += start.elapsed();
+        cpu += process_cpu_ns().saturating_sub(cpu_before);
+    }
+    cpu as f64 / 1e9 / wall.as_secs_f64()
+}

@@ -191,6 +191,11 @@ fn db_options(options: &RocksOptions) -> Options {
     // Smooth out write-back of SSTs and the WAL instead of large bursts.
     opts.set_bytes_per_sync(1 << 20);
     opts.set_wal_bytes_per_sync(512 << 10);
+    // Concurrent writers (the scheduler's workers, the group-commit writer)
+    // overlap one write group's WAL append with the previous group's
+    // memtable inserts. `benches/storage.rs`, 1-key prewrites, 2 workers /
+    // 1: 1.11x without, 1.25x-1.61x with (runs a few minutes apart).
+    opts.set_enable_pipelined_write(true);
     opts
 }
 

@@ -135,7 +135,8 @@ pub fn open(kind: Kind, dir: &Path, setup: Setup) -> Result<Box<dyn System>, Box
 
 /// RocksDB options as percolate's `RocksEngine` sets its CFs: a 128 MiB
 /// shared LRU block cache, 10-bit bloom filters, 64 MiB memtables, no
-/// compression on L0-L1, lz4 on L2-L4, zstd below, 2 background jobs.
+/// compression on L0-L1, lz4 on L2-L4, zstd below, 2 background jobs,
+/// pipelined writes.
 fn rocks_options() -> Options {
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&Cache::new_lru_cache(128 << 20));
@@ -146,6 +147,7 @@ fn rocks_options() -> Options {
     opts.set_max_background_jobs(2);
     opts.set_bytes_per_sync(1 << 20);
     opts.set_wal_bytes_per_sync(512 << 10);
+    opts.set_enable_pipelined_write(true);
     opts.set_write_buffer_size(64 << 20);
     opts.set_compression_per_level(&[
         DBCompressionType::None,
