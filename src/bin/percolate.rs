@@ -254,20 +254,48 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
             storage(&client, &key).raw_delete(key)?;
             writeln!(out, "OK")?;
         }
-        Decoded::RawScan(range) => {
-            // Raw data of every region lives in one engine: any region's
-            // storage scans all of it.
-            let pairs = storage(&client, &range.start).raw_scan(RawScan {
-                start: Some(range.start),
-                end: range.end,
-                limit: range.limit,
-                key_only: false,
-                reverse: range.reverse,
-            })?;
-            print_pairs(out, codec, &pairs)?;
-        }
+        Decoded::RawScan(range) => print_pairs(out, codec, &raw_scan(&client, &range)?)?,
     }
     Ok(())
+}
+
+/// A raw key and its value.
+type KvPair = (Vec<u8>, Vec<u8>);
+
+/// A raw scan across regions: each region scans its own part of the range
+/// through its command API (as the client's transactional scan does), in
+/// key order, or in reverse, until the limit is reached.
+fn raw_scan(client: &Client, range: &Range) -> Result<Vec<KvPair>, Failure> {
+    let mut regions: Vec<_> = client
+        .cluster()
+        .regions_in(&range.start, range.end.as_deref())
+        .iter()
+        .collect();
+    if range.reverse {
+        regions.reverse();
+    }
+    let mut pairs = Vec::new();
+    for region in regions {
+        let left = match range.limit {
+            0 => 0,
+            limit if pairs.len() >= limit => break,
+            limit => limit - pairs.len(),
+        };
+        // The part of the range inside the region.
+        let start = range.start.as_slice().max(region.start_key()).to_vec();
+        let end = match (range.end.as_deref(), region.end_key()) {
+            (Some(a), Some(b)) => Some(a.min(b).to_vec()),
+            (a, b) => a.or(b).map(<[u8]>::to_vec),
+        };
+        pairs.extend(region.storage().raw_scan(RawScan {
+            start: Some(start),
+            end,
+            limit: left,
+            key_only: false,
+            reverse: range.reverse,
+        })?);
+    }
+    Ok(pairs)
 }
 
 /// `percolate soak`: see `crash::soak`.
