@@ -152,6 +152,30 @@ fn a_read_far_ahead_of_the_oracle_cannot_poison_max_ts() {
     assert_eq!(s.concurrency_manager().max_ts(), near);
 }
 
+/// A zero start_ts names no transaction: every command that acts for one
+/// refuses it (InvalidRequest) and writes nothing; before, a cleanup or a
+/// rollback at ts 0 recorded a Rollback there.
+#[test]
+fn commands_refuse_a_zero_start_ts_and_write_nothing() {
+    let db = open();
+    let s = storage(&db.client, b"k");
+    let (zero, key) = (TimeStamp::zero(), || Key::from_raw(b"k"));
+    let ts = |v| TimeStamp::new(v);
+    let options = percolate::txn::actions::check_txn_status::CheckTxnStatusOptions {
+        rollback_if_not_exist: true,
+        ..Default::default()
+    };
+    assert_invalid(s.commit(vec![key()], zero, ts(10)));
+    assert_invalid(s.cleanup(key(), zero, zero));
+    assert_invalid(s.batch_rollback(vec![key()], zero));
+    assert_invalid(s.check_txn_status(key(), zero, options));
+    assert_invalid(s.check_secondary_locks(vec![key()], zero));
+    assert_invalid(s.txn_heart_beat(key(), zero, 10));
+    assert_invalid(s.resolve_lock_lite(vec![key()], zero, zero));
+    assert_invalid(s.resolve_lock(zero, zero, None, None));
+    assert_nothing_written(&db.client);
+}
+
 /// `TimeStamp::max()` is not a start_ts: a prewrite at it is refused (it
 /// used to panic computing its min_commit_ts).
 #[test]

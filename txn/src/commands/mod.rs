@@ -95,8 +95,28 @@ pub trait ReadCommand: Send + 'static {
 }
 
 /// Runs `action` on each of `keys` in turn over one reader and one buffer
-/// of the transaction `start_ts`, collecting the answers.
+/// of the transaction `start_ts`, collecting the answers. A zero
+/// `start_ts` names no transaction (the oracle never hands it out): it is
+/// `InvalidRequest`, before anything is read or written (a rollback at ts
+/// 0 would otherwise be recorded).
 fn for_each_key<S: Snapshot, T>(
+    snapshot: S,
+    start_ts: TimeStamp,
+    keys: Vec<Key>,
+    action: impl FnMut(&mut MvccTxn, &mut MvccReader<S>, Key) -> Result<T>,
+) -> Result<(MvccTxn, Vec<T>)> {
+    if start_ts.is_zero() {
+        return Err(crate::Error::InvalidRequest {
+            reason: "a transaction's start_ts cannot be zero",
+            key: None,
+        });
+    }
+    for_each_key_unchecked(snapshot, start_ts, keys, action)
+}
+
+/// [`for_each_key`] for work that acts for no transaction (GC), with a
+/// buffer at `start_ts` zero.
+fn for_each_key_unchecked<S: Snapshot, T>(
     snapshot: S,
     start_ts: TimeStamp,
     keys: Vec<Key>,

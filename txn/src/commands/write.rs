@@ -3,7 +3,9 @@
 use percolate_engine::Snapshot;
 use percolate_mvcc::{Key, LockType, TimeStamp};
 
-use super::{WriteCommand, WriteContext, WriteResult, for_each_key, require_keys};
+use super::{
+    WriteCommand, WriteContext, WriteResult, for_each_key, for_each_key_unchecked, require_keys,
+};
 use crate::Result;
 use crate::actions::ReleasedLock;
 use crate::actions::cleanup::rollback;
@@ -185,7 +187,7 @@ impl WriteCommand for Gc {
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<GcInfo>> {
         let safe_point = self.safe_point;
-        let (txn, infos) = for_each_key(
+        let (txn, infos) = for_each_key_unchecked(
             ctx.snapshot,
             TimeStamp::zero(),
             self.keys,

@@ -349,6 +349,12 @@ impl<E: Engine> Storage<E> {
         start: Option<Key>,
         end: Option<Key>,
     ) -> Result<usize> {
+        if start_ts.is_zero() {
+            return Err(Error::InvalidRequest {
+                reason: "a transaction's start_ts cannot be zero",
+                key: None,
+            });
+        }
         if !commit_ts.is_zero() && commit_ts <= start_ts {
             return Err(Error::InvalidTxnTso {
                 start_ts,
