@@ -194,7 +194,7 @@ fn db_options(options: &RocksOptions) -> Options {
     // Concurrent writers (the scheduler's workers, the group-commit writer)
     // overlap one write group's WAL append with the previous group's
     // memtable inserts. `benches/storage.rs`, 1-key prewrites, 2 workers /
-    // 1: 1.11x without, 1.25x-1.61x with (runs a few minutes apart).
+    // 1: 1.11x without, 1.25x-1.72x with (five runs a few minutes apart).
     opts.set_enable_pipelined_write(true);
     opts
 }
