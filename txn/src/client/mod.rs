@@ -23,6 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod gc;
 mod heartbeat;
 mod resolver;
 mod transaction;

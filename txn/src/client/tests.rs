@@ -364,3 +364,95 @@ fn locks_of_a_long_open_transaction_get_the_time_it_was_open() {
         assert!(lock.ttl >= 400, "ttl {} of {k:?}", lock.ttl);
     }
 }
+
+/// The versions of `k` in the write CF, newest first: (commit_ts, type).
+fn versions(s: &Setup, k: &[u8]) -> Vec<(TimeStamp, percolate_mvcc::WriteType)> {
+    let storage = s.client.cluster().region_for(k).storage();
+    let info = storage.mvcc_by_key(Key::from_raw(k)).unwrap();
+    info.writes
+        .iter()
+        .map(|(ts, w)| (*ts, w.write_type))
+        .collect()
+}
+
+#[test]
+fn gc_keeps_what_reads_above_the_safe_point_see_and_resolves_old_locks_first() {
+    let s = client();
+    // Three versions of "a" and of "q" (another region), then a delete of
+    // "h" over an old value.
+    for v in ["1", "2", "3"] {
+        commit(&s.client, &[("a", v), ("q", v)]);
+    }
+    commit(&s.client, &[("h", "old")]);
+    let mut txn = s.client.begin().unwrap();
+    txn.delete(b"h".to_vec());
+    txn.commit().unwrap();
+    // A client died after prewriting "a" and "q"; its locks expire.
+    dead_client_prewrite(&s, &["a", "q"], false);
+    s.clock.advance(1_000);
+    // The oracle's physical time follows the clock at its next tick.
+    std::thread::sleep(Duration::from_millis(20));
+    let safe_point = s.client.oracle().get_ts().unwrap();
+    // Newer than the safe point: must survive whatever happens below it.
+    commit(&s.client, &[("q", "4")]);
+
+    let info = s.client.gc(safe_point).unwrap();
+    // "a": 3 Puts and the dead txn's Rollback; "q": the same below the safe
+    // point; "h": a Put and a Delete.
+    assert_eq!(info.found_versions, 10, "{info:?}");
+    assert_eq!(versions(&s, b"a").len(), 1, "the newest Put alone");
+    assert_eq!(versions(&s, b"q").len(), 2, "the newest Put below and 4");
+    assert!(versions(&s, b"h").is_empty(), "a Delete hides everything");
+    for k in [&b"a"[..], b"q"] {
+        let storage = s.client.cluster().region_for(k).storage();
+        assert!(
+            storage
+                .mvcc_by_key(Key::from_raw(k))
+                .unwrap()
+                .lock
+                .is_none()
+        );
+    }
+    assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"3".to_vec()));
+    assert_eq!(s.client.get_latest(b"q").unwrap(), Some(b"4".to_vec()));
+    assert_eq!(s.client.get_latest(b"h").unwrap(), None);
+    // Nothing left to collect at the same safe point.
+    assert_eq!(s.client.gc(safe_point).unwrap().deleted_versions, 0);
+}
+
+#[test]
+fn gc_stops_at_a_live_lock_below_the_safe_point_and_refuses_a_future_safe_point() {
+    let s = client();
+    commit(&s.client, &[("a", "1")]);
+    // A live 2PC lock is pushed above the safe point (it can only commit
+    // above it): GC goes on around it.
+    let start_ts = dead_client_prewrite(&s, &["b"], false);
+    let safe_point = s.client.oracle().get_ts().unwrap();
+    s.client.gc(safe_point).unwrap();
+    let storage = s.client.cluster().region_for(b"b").storage();
+    let lock = storage.mvcc_by_key(Key::from_raw(b"b")).unwrap().lock;
+    assert!(lock.is_some_and(|l| l.ts == start_ts && l.min_commit_ts > safe_point));
+    // A live async-commit lock cannot be pushed: it may commit at or below
+    // the safe point, so GC stops there until its TTL runs out.
+    dead_client_prewrite(&s, &["h", "i"], true);
+    let safe_point = s.client.oracle().get_ts().unwrap();
+    let err = s.client.gc(safe_point).unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(
+        matches!(err.as_mvcc(), Some(percolate_mvcc::Error::KeyIsLocked(info)) if info.key == b"h"),
+        "{err:?}"
+    );
+    // Once it has, the collection goes through.
+    s.clock.advance(1_000);
+    std::thread::sleep(Duration::from_millis(20));
+    s.client.gc(safe_point).unwrap();
+    let future = TimeStamp::compose(s.client.oracle().get_ts().unwrap().physical() + 60_000, 0);
+    assert!(matches!(
+        s.client.gc(future),
+        Err(Error::InvalidRequest { .. })
+    ));
+    assert_eq!(
+        s.client.gc(TimeStamp::zero()).unwrap(),
+        crate::actions::gc::GcInfo::default()
+    );
+}

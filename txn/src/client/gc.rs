@@ -1,0 +1,90 @@
+//! Garbage collection across the regions.
+//!
+//! MVCC keeps every version until something removes it. At a safe point
+//! `sp`, a key's versions that no read at or above `sp` can see are garbage:
+//! everything below its newest Put at or below `sp` (and that Put too if a
+//! Delete hides it), and every Lock and Rollback record at or below `sp`
+//! (see [`actions::gc`](crate::actions::gc)).
+//!
+//! As TiKV's GC worker does, each region first resolves the locks of
+//! transactions that started at or below the safe point: a lock left by a
+//! dead client would otherwise be resolved later, after GC, against
+//! versions GC already judged. A transaction that committed is rolled
+//! forward, one that expired is rolled back, one whose commit_ts was pushed
+//! above the safe point can only commit above it and stays; a live one
+//! stops the collection with `KeyIsLocked` (retryable: its TTL runs out or
+//! its client finishes).
+
+use percolate_engine::Engine;
+use percolate_mvcc::{LockInfo, TimeStamp};
+
+use super::{Client, key};
+use crate::actions::gc::GcInfo;
+use crate::cluster::Region;
+use crate::{Error, Result};
+
+/// Locks scanned per round of lock resolution.
+const LOCK_BATCH: usize = 256;
+
+impl<E: Engine> Client<E> {
+    /// Collects the garbage of every region at `safe_point` and returns the
+    /// totals.
+    ///
+    /// The caller picks a safe point below the start_ts of every
+    /// transaction that may still read (TiDB keeps it ten minutes behind
+    /// the clock): a read at a ts below the safe point may find its
+    /// versions gone. A safe point not below the oracle's latest timestamp
+    /// is `InvalidRequest`; zero collects nothing.
+    pub fn gc(&self, safe_point: TimeStamp) -> Result<GcInfo> {
+        let mut total = GcInfo::default();
+        if safe_point.is_zero() {
+            return Ok(total);
+        }
+        if safe_point >= self.inner.oracle.get_ts()? {
+            return Err(Error::InvalidRequest {
+                reason: "the GC safe point must be below the oracle's latest timestamp",
+                key: None,
+            });
+        }
+        for region in self.cluster().regions() {
+            self.resolve_locks_below(region, safe_point)?;
+            let end = region.end_key().map(key);
+            let info = region
+                .storage()
+                .gc(safe_point, Some(key(region.start_key())), end)?;
+            total.found_versions += info.found_versions;
+            total.deleted_versions += info.deleted_versions;
+            total.deleted_values += info.deleted_values;
+        }
+        Ok(total)
+    }
+
+    /// Resolves the region's locks of transactions started at or below
+    /// `safe_point`, `LOCK_BATCH` at a time in key order.
+    fn resolve_locks_below(&self, region: &Region<E>, safe_point: TimeStamp) -> Result<()> {
+        let end = region.end_key().map(key);
+        let mut from = key(region.start_key());
+        loop {
+            let locks: Vec<LockInfo> =
+                region
+                    .storage()
+                    .scan_lock(Some(from), end.clone(), safe_point, LOCK_BATCH)?;
+            let Some(last) = locks.last() else {
+                return Ok(());
+            };
+            // The raw key right after the last lock's: where the next
+            // round starts (locks pushed above the safe point stay).
+            let mut next = last.key.clone();
+            next.push(0);
+            let mut pushed = Vec::new();
+            let alive = self.inner.resolve_locks(&locks, safe_point, &mut pushed)?;
+            if let Some(lock) = alive.first() {
+                return Err(percolate_mvcc::Error::KeyIsLocked(Box::new((*lock).clone())).into());
+            }
+            if locks.len() < LOCK_BATCH {
+                return Ok(());
+            }
+            from = key(&next);
+        }
+    }
+}
