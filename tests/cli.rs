@@ -109,3 +109,27 @@ fn an_error_is_one_line_and_exit_status_1() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("error: "), "{stderr}");
 }
+
+#[test]
+fn gc_drops_the_versions_no_read_can_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    for v in ["1", "2", "3"] {
+        ok(dir, &["put", "k", v]);
+    }
+    let writes = |dir| {
+        ok(dir, &["mvcc", "k"])
+            .lines()
+            .filter(|l| l.contains("Put"))
+            .count()
+    };
+    assert_eq!(writes(dir), 3);
+    // Ten minutes back: the versions are younger, nothing goes.
+    let out = ok(dir, &["gc"]);
+    assert!(out.contains(", 0 deleted"), "{out}");
+    assert_eq!(writes(dir), 3);
+    let out = ok(dir, &["gc", "--safe-point-age", "0"]);
+    assert!(out.contains("3 versions looked at, 2 deleted"), "{out}");
+    assert_eq!(writes(dir), 1);
+    assert_eq!(ok(dir, &["get", "k"]), "3\n");
+}

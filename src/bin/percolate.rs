@@ -8,6 +8,7 @@
 //! percolate --dir DATA mvcc alice           # every lock, write and value of the key
 //! percolate --dir DATA raw put k v          # the raw KV API (no transactions)
 //! percolate --dir DATA --hex get 616c696365 # keys and values as hex
+//! percolate --dir DATA gc --safe-point-age 600  # drop versions older than 10 minutes
 //! percolate --dir DATA soak --transactions 1000000 --kill-every 2
 //! ```
 //!
@@ -29,7 +30,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use percolate::mvcc::Key;
+use percolate::mvcc::{Key, TimeStamp};
 use percolate::txn::commands::RawScan;
 use percolate::txn::storage::Storage;
 use percolate::{Client, CommitInfo};
@@ -79,6 +80,15 @@ enum Command {
     /// The raw KV API: no transactions, no versions.
     #[command(subcommand)]
     Raw(RawCommand),
+    /// Removes the versions no read newer than a safe point can see: the
+    /// safe point is AGE seconds before the oracle's latest timestamp.
+    /// Locks of transactions started before it are resolved first.
+    Gc {
+        /// How far back the safe point is; transactions older than this
+        /// may find the versions they read gone.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+        safe_point_age: u64,
+    },
     /// Runs writer processes on DIR, kills each with SIGKILL at a random
     /// moment, and checks after every kill that no commit was lost, none is
     /// half visible, the bank and counters add up and timestamps never go
@@ -204,6 +214,7 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
     };
     let command = match cli.command {
         Command::Soak(args) => return soak(&dir, &args, out),
+        Command::Gc { safe_point_age } => return gc(&dir, safe_point_age, out),
         Command::CrashWriter(args) => {
             let args = crash::writer::WriterArgs {
                 round: args.round,
@@ -298,6 +309,25 @@ fn raw_scan(client: &Client, range: &Range) -> Result<Vec<KvPair>, Failure> {
     Ok(pairs)
 }
 
+/// `percolate gc`: collects at a safe point `age_s` seconds back (at
+/// least one tick below the oracle's latest timestamp).
+fn gc(dir: &std::path::Path, age_s: u64, out: &mut impl Write) -> Result<(), Failure> {
+    let client = Client::open(dir)?;
+    let latest = client.oracle().get_ts()?;
+    let back = TimeStamp::compose(
+        latest.physical().saturating_sub(age_s.saturating_mul(1000)),
+        0,
+    );
+    let safe_point = back.min(latest.prev());
+    let info = client.gc(safe_point)?;
+    writeln!(
+        out,
+        "gc at safe point {safe_point}: {} versions looked at, {} deleted, {} long values deleted",
+        info.found_versions, info.deleted_versions, info.deleted_values
+    )?;
+    Ok(())
+}
+
 /// `percolate soak`: see `crash::soak`.
 fn soak(dir: &std::path::Path, args: &SoakArgs, out: &mut impl Write) -> Result<(), Failure> {
     let seed = args.seed.unwrap_or_else(|| {
@@ -357,7 +387,7 @@ impl Decoded {
             Command::Raw(RawCommand::Put { key, value }) => Decoded::RawPut(d(&key)?, d(&value)?),
             Command::Raw(RawCommand::Delete { key }) => Decoded::RawDelete(d(&key)?),
             Command::Raw(RawCommand::Scan(args)) => Decoded::RawScan(Range::new(args, codec)?),
-            Command::Soak(_) | Command::CrashWriter(_) => {
+            Command::Soak(_) | Command::CrashWriter(_) | Command::Gc { .. } => {
                 return Err("soak and crash-writer are not data commands".into());
             }
         })
