@@ -215,6 +215,32 @@ impl<E: Engine> Client<E> {
             .get(key, TimeStamp::max(), &ReadOptions::default())
     }
 
+    /// Runs the read-only `work` in a new transaction: every read sees one
+    /// snapshot (the transaction's start_ts). The transaction is borrowed
+    /// immutably, so `work` cannot write; nothing is committed.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let client = percolate_txn::client::Client::open(dir.path())?;
+    /// client.with_retry(|txn| {
+    ///     txn.put(b"alice", b"10");
+    ///     txn.put(b"bob", b"5");
+    ///     Ok(())
+    /// })?;
+    /// let total: u64 = client.view(|txn| {
+    ///     let mut total = 0;
+    ///     for (_, balance) in txn.scan(b"", None, 0)? {
+    ///         total += String::from_utf8_lossy(&balance).parse::<u64>().unwrap_or(0);
+    ///     }
+    ///     Ok(total)
+    /// })?;
+    /// assert_eq!(total, 15);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn view<T>(&self, work: impl FnOnce(&Transaction<E>) -> Result<T>) -> Result<T> {
+        work(&self.begin()?)
+    }
+
     /// Runs `work` in a new transaction and commits it; on a retryable
     /// error (a conflict, a lock that did not go away, a busy region) it
     /// starts over with a new transaction after a jittered backoff, up to
