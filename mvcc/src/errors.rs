@@ -67,7 +67,7 @@ pub enum Error {
 
     /// A record newer than the transaction's snapshot is on the key.
     #[error(
-        "write conflict on {key}: txn {start_ts} meets txn {conflict_start_ts} committed at {conflict_commit_ts} ({reason:?}), primary {}",
+        "write conflict on {key}: txn {start_ts} meets the record of txn {conflict_start_ts} at {conflict_commit_ts} ({reason:?}), primary {}",
         RawKey(primary)
     )]
     WriteConflict {

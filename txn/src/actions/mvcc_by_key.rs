@@ -67,7 +67,10 @@ impl fmt::Display for MvccInfo {
                 "write @{commit_ts}: {:?} start_ts={}",
                 write.write_type, write.start_ts
             )?;
-            if let Some(v) = &write.short_value {
+            if write.is_protected() {
+                // TiKV marks a protected rollback by a short value "p".
+                f.write_str(" protected")?;
+            } else if let Some(v) = &write.short_value {
                 f.write_str(" value=")?;
                 bytes(f, v)?;
             }
