@@ -34,8 +34,8 @@ use std::path::{Path, PathBuf};
 
 use percolate::engine::testing::temp_rocks_engine;
 use percolate::engine::{Engine, MemoryEngine};
-use percolate::mvcc::testing::ts;
 use percolate::mvcc::Key;
+use percolate::mvcc::testing::ts;
 use percolate::txn::actions::TxnStatus;
 use percolate::txn::actions::check_secondary_locks::{SecondaryLockStatus, check_secondary_lock};
 use percolate::txn::actions::check_txn_status::CheckTxnStatusOptions;
