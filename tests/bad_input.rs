@@ -122,7 +122,8 @@ fn a_read_far_ahead_of_the_oracle_cannot_poison_max_ts() {
     let checks: Vec<percolate::Result<()>> = vec![
         s.get(key.clone(), far).map(drop),
         s.batch_get(vec![key.clone()], far).map(drop),
-        s.scan_lock(None, None, far, 0).map(drop),
+        s.scan_lock(Some(Key::from_raw(b"g")), Some(Key::from_raw(b"p")), far, 0)
+            .map(drop),
         s.cleanup(key.clone(), far, TimeStamp::zero()).map(drop),
         s.check_secondary_locks(vec![key.clone()], far).map(drop),
         s.prewrite(Prewrite::new(
@@ -174,6 +175,70 @@ fn commands_refuse_a_zero_start_ts_and_write_nothing() {
     assert_invalid(s.resolve_lock_lite(vec![key()], zero, zero));
     assert_invalid(s.resolve_lock(zero, zero, None, None));
     assert_nothing_written(&db.client);
+}
+
+/// A command sent to a region that does not hold its keys (a client with
+/// a stale idea of the regions) fails with KeyNotInRegion and does
+/// nothing, whatever the command: the regions share one engine here, but a
+/// region must behave as if it were alone on its own machine.
+#[test]
+fn a_command_for_keys_outside_its_region_is_refused() {
+    let db = open();
+    // The middle region: ["g", "p").
+    let s = storage(&db.client, b"k");
+    let (inside, outside) = (Key::from_raw(b"k"), Key::from_raw(b"z"));
+    let ts = db.client.oracle().get_ts().unwrap();
+    let not_in_region = |result: percolate::Result<()>, key: &[u8]| match result {
+        Err(Error::KeyNotInRegion { key: k, start, end }) => {
+            assert_eq!(k, key);
+            assert_eq!((start, end), (b"g".to_vec(), Some(b"p".to_vec())));
+        }
+        other => panic!("expected KeyNotInRegion, got {other:?}"),
+    };
+    not_in_region(s.get(outside.clone(), ts).map(drop), b"z");
+    not_in_region(
+        s.batch_get(vec![inside.clone(), outside.clone()], ts)
+            .map(drop),
+        b"z",
+    );
+    not_in_region(s.mvcc_by_key(outside.clone()).map(drop), b"z");
+    let prewrite = Prewrite::new(
+        vec![
+            Mutation::put(inside.clone(), b"v".to_vec()),
+            Mutation::put(outside.clone(), b"v".to_vec()),
+        ],
+        b"k",
+        ts,
+    );
+    not_in_region(s.prewrite(prewrite).map(drop), b"z");
+    not_in_region(
+        s.commit(vec![outside.clone()], ts, ts.next()).map(drop),
+        b"z",
+    );
+    not_in_region(s.raw_put(b"a".to_vec(), b"v".to_vec()), b"a");
+    not_in_region(s.raw_get(b"z".to_vec()).map(drop), b"z");
+    // Ranges: one reaching past either end, or unbounded on a side the
+    // region is not.
+    not_in_region(
+        s.scan_lock(Some(inside.clone()), None, ts, 0).map(drop),
+        b"",
+    );
+    not_in_region(s.gc(ts, None, Some(inside.clone())).map(drop), b"");
+    not_in_region(
+        s.raw_scan(percolate::txn::commands::RawScan {
+            start: Some(b"h".to_vec()),
+            end: Some(b"q".to_vec()),
+            ..Default::default()
+        })
+        .map(drop),
+        b"q",
+    );
+    assert_nothing_written(&db.client);
+    // The same requests inside the region are served.
+    assert_eq!(s.get(inside.clone(), ts).unwrap(), None);
+    s.raw_put(b"h".to_vec(), b"v".to_vec()).unwrap();
+    let locks = s.scan_lock(Some(Key::from_raw(b"g")), Some(Key::from_raw(b"p")), ts, 0);
+    assert!(locks.unwrap().is_empty());
 }
 
 /// `TimeStamp::max()` is not a start_ts: a prewrite at it is refused (it

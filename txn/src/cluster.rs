@@ -8,7 +8,11 @@
 //!
 //! Here all regions of a process share one engine, as all regions of a TiKV
 //! store share one RocksDB: one WAL, one block cache, one set of background
-//! threads, and keys that never overlap because the ranges do not.
+//! threads, and keys that never overlap because the ranges do not. Sharing
+//! the engine gives no shortcut: each region's `Storage` knows its range
+//! ([`StorageConfig::key_range`]) and refuses a command for a key, or a
+//! range reaching, outside it (`KeyNotInRegion`, as TiKV does), so a
+//! request sent to the wrong region fails here as it would across machines.
 
 use std::path::Path;
 
@@ -16,7 +20,7 @@ use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::TimeStamp;
 
 use crate::Result;
-use crate::storage::{Storage, StorageConfig};
+use crate::storage::{KeyRange, Storage, StorageConfig};
 
 /// One region: a key range and the storage serving it.
 pub struct Region<E: Engine = RocksEngine> {
@@ -107,11 +111,20 @@ impl<E: Engine> Cluster<E> {
         let regions = starts
             .zip(ends)
             .zip(1..)
-            .map(|((start, end), id)| Region {
-                id,
-                start,
-                end,
-                storage: Storage::new(engine.clone(), config.clone()),
+            .map(|((start, end), id)| {
+                let config = StorageConfig {
+                    key_range: Some(KeyRange {
+                        start: start.clone(),
+                        end: end.clone(),
+                    }),
+                    ..config.clone()
+                };
+                Region {
+                    id,
+                    start,
+                    end,
+                    storage: Storage::new(engine.clone(), config),
+                }
             })
             .collect();
         Cluster { regions }

@@ -37,6 +37,20 @@ pub enum Error {
         limit: TimeStamp,
     },
 
+    /// A command reached a region that does not hold its key (or all of
+    /// its range): nothing was read or written. The sender's idea of the
+    /// regions is wrong; send it again to the right one.
+    #[error("key {} is not in the region [{}, {})", crate::errors::Shown(key), crate::errors::Shown(start), crate::errors::ShownEnd(end.as_deref()))]
+    KeyNotInRegion {
+        /// The key, raw (empty for a range unbounded on the side that
+        /// leaves the region).
+        key: Vec<u8>,
+        /// The region's first key.
+        start: Vec<u8>,
+        /// The region's end (exclusive; `None`: unbounded).
+        end: Option<Vec<u8>>,
+    },
+
     /// A request that breaks a rule of the protocol before any data is read.
     #[error("invalid request: {reason}")]
     InvalidRequest {
@@ -247,3 +261,30 @@ impl Error {
 
 /// Result of transaction actions.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Bytes in an error message: as text when printable, else hex.
+struct Shown<'a>(&'a [u8]);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match std::str::from_utf8(self.0) {
+            Ok(s) if s.chars().all(|c| !c.is_control()) => write!(f, "{s:?}"),
+            _ => {
+                f.write_str("0x")?;
+                self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+            }
+        }
+    }
+}
+
+/// A region's end in an error message: `+inf` when unbounded.
+struct ShownEnd<'a>(Option<&'a [u8]>);
+
+impl std::fmt::Display for ShownEnd<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(end) => Shown(end).fmt(f),
+            None => f.write_str("+inf"),
+        }
+    }
+}

@@ -70,6 +70,29 @@ impl<T> WriteResult<T> {
     }
 }
 
+/// The keys a command touches, for the check that they lie in the region
+/// it was sent to (see [`StorageConfig::key_range`]).
+///
+/// [`StorageConfig::key_range`]: crate::storage::StorageConfig::key_range
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Footprint<'a> {
+    /// The command's latch keys, transactional: the default of a
+    /// [`WriteCommand`].
+    LatchKeys,
+    /// Transactional keys (memcomparable-encoded).
+    Keys(Vec<&'a Key>),
+    /// Transactional keys in `[start, end)`; `None` is unbounded.
+    Range(Option<&'a Key>, Option<&'a Key>),
+    /// Raw keys (the raw KV column family).
+    RawKeys(Vec<&'a [u8]>),
+    /// Raw keys in `[start, end)`; `None` is unbounded.
+    RawRange(Option<&'a [u8]>, Option<&'a [u8]>),
+    /// Not checked: the default of a [`ReadCommand`], for commands defined
+    /// outside this crate.
+    Unchecked,
+}
+
 /// A command that modifies data: latched on its keys, run over a snapshot,
 /// written atomically.
 pub trait WriteCommand: Send + 'static {
@@ -78,6 +101,12 @@ pub trait WriteCommand: Send + 'static {
 
     /// The keys to latch: every key the command may modify.
     fn latch_keys(&self) -> Vec<Key>;
+
+    /// The keys the command touches. Defaults to its latch keys, which for
+    /// a transactional command are every key it reads or writes.
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::LatchKeys
+    }
 
     /// Checks the arguments, reads the snapshot and returns what to write.
     /// Nothing is written if this fails.
@@ -92,6 +121,11 @@ pub trait ReadCommand: Send + 'static {
     /// Runs the read. Snapshots are taken inside, after `max_ts` was raised
     /// and memory locks checked.
     fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output>;
+
+    /// The keys the command reads. Defaults to [`Footprint::Unchecked`].
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::Unchecked
+    }
 }
 
 /// Runs `action` on each of `keys` in turn over one reader and one buffer

@@ -10,7 +10,7 @@
 use percolate_engine::{Cf, Engine, EngineIterator, IterOptions, Snapshot, WriteBatch};
 use percolate_mvcc::Key;
 
-use super::{ReadCommand, WriteCommand, WriteContext, WriteResult};
+use super::{Footprint, ReadCommand, WriteCommand, WriteContext, WriteResult};
 use crate::concurrency_manager::ConcurrencyManager;
 use crate::{Error, Result};
 
@@ -44,6 +44,10 @@ impl WriteCommand for RawPut {
         self.pairs.iter().map(|(k, _)| latch_key(k)).collect()
     }
 
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::RawKeys(self.pairs.iter().map(|(k, _)| k.as_slice()).collect())
+    }
+
     fn process<S: Snapshot>(self, _ctx: WriteContext<'_, S>) -> Result<WriteResult<()>> {
         crate::errors::check_write_size(self.pairs.iter().map(|(k, v)| (k.len(), v.len())))?;
         let mut batch = WriteBatch::new();
@@ -67,6 +71,10 @@ impl WriteCommand for RawDelete {
 
     fn latch_keys(&self) -> Vec<Key> {
         self.keys.iter().map(|k| latch_key(k)).collect()
+    }
+
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::RawKeys(self.keys.iter().map(Vec::as_slice).collect())
     }
 
     fn process<S: Snapshot>(self, _ctx: WriteContext<'_, S>) -> Result<WriteResult<()>> {
@@ -95,6 +103,10 @@ impl WriteCommand for RawDeleteRange {
 
     fn latch_keys(&self) -> Vec<Key> {
         Vec::new()
+    }
+
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::RawRange(Some(&self.start), Some(&self.end))
     }
 
     fn process<S: Snapshot>(self, _ctx: WriteContext<'_, S>) -> Result<WriteResult<()>> {
@@ -130,6 +142,10 @@ impl WriteCommand for RawCompareAndSwap {
         vec![latch_key(&self.key)]
     }
 
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::RawKeys(vec![&self.key])
+    }
+
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
         check_key(&self.key)?;
         let value_len = self.value.as_ref().map_or(0, Vec::len);
@@ -160,6 +176,10 @@ impl ReadCommand for RawGet {
     fn process<E: Engine>(self, engine: &E, _cm: &ConcurrencyManager) -> Result<Self::Output> {
         Ok(engine.snapshot().get(Cf::Raw, &self.key)?)
     }
+
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::RawKeys(vec![&self.key])
+    }
 }
 
 /// The latest values of several raw keys, from one snapshot.
@@ -182,6 +202,10 @@ impl ReadCommand for RawBatchGet {
             }
         }
         Ok(pairs)
+    }
+
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::RawKeys(self.keys.iter().map(Vec::as_slice).collect())
     }
 }
 
@@ -228,5 +252,9 @@ impl ReadCommand for RawScan {
             };
         }
         Ok(pairs)
+    }
+
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::RawRange(self.start.as_deref(), self.end.as_deref())
     }
 }

@@ -3,7 +3,7 @@
 use percolate_engine::Engine;
 use percolate_mvcc::{Key, KvPair, LockInfo, MvccReader, TimeStamp};
 
-use super::ReadCommand;
+use super::{Footprint, ReadCommand};
 use crate::Result;
 use crate::actions::mvcc_by_key::{MvccInfo, mvcc_by_key};
 use crate::actions::scan_lock::scan_lock;
@@ -28,6 +28,10 @@ impl ReadCommand for Get {
     fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
         read::get(engine, cm, &self.key, self.ts, &self.options)
     }
+
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::Keys(vec![&self.key])
+    }
 }
 
 /// The values of several keys at one `ts`.
@@ -49,6 +53,10 @@ impl ReadCommand for BatchGet {
     fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
         read::batch_get(engine, cm, &self.keys, self.ts, &self.options)
     }
+
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::Keys(self.keys.iter().collect())
+    }
 }
 
 /// A range read.
@@ -66,6 +74,17 @@ impl ReadCommand for Scan {
 
     fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
         read::scan(engine, cm, &self.request, &self.options)
+    }
+
+    fn footprint(&self) -> Footprint<'_> {
+        let r = &self.request;
+        if r.reverse {
+            // From `start_key` (exclusive; empty: the end) down to `end_key`.
+            let upper = Some(&r.start_key).filter(|k| !k.is_empty());
+            Footprint::Range(r.end_key.as_ref(), upper)
+        } else {
+            Footprint::Range(Some(&r.start_key), r.end_key.as_ref())
+        }
     }
 }
 
@@ -98,6 +117,10 @@ impl ReadCommand for ScanLock {
             self.limit,
         )
     }
+
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::Range(self.start.as_ref(), self.end.as_ref())
+    }
 }
 
 /// Every lock, write record and value of one key, decoded (a debugging
@@ -115,5 +138,9 @@ impl ReadCommand for MvccByKey {
     fn process<E: Engine>(self, engine: &E, _cm: &ConcurrencyManager) -> Result<MvccInfo> {
         let mut reader = MvccReader::new(engine.snapshot());
         mvcc_by_key(&mut reader, &self.key)
+    }
+
+    fn footprint(&self) -> Footprint<'_> {
+        Footprint::Keys(vec![&self.key])
     }
 }

@@ -38,15 +38,19 @@ use crate::actions::mvcc_by_key::MvccInfo;
 use crate::actions::prewrite::PrewriteResult;
 use crate::actions::{ReleasedLock, TxnStatus};
 use crate::commands::{
-    BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup, Commit, Gc, Get,
-    MvccByKey, Prewrite, RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut,
-    RawScan, ReadCommand, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus, TxnHeartBeat,
-    WriteCommand, WriteContext,
+    BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup, Commit, Footprint, Gc,
+    Get, MvccByKey, Prewrite, RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet,
+    RawPut, RawScan, ReadCommand, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus,
+    TxnHeartBeat, WriteCommand, WriteContext,
 };
 use crate::concurrency_manager::{ConcurrencyManager, MaxTsLimit};
 use crate::read::{ReadOptions, ScanRequest};
 use crate::scheduler::{JobInput, Pending, Scheduler, SchedulerConfig, pending};
 use crate::{Error, Result};
+
+mod bounds;
+use self::bounds::Bounds;
+pub use self::bounds::KeyRange;
 
 /// How a `Storage` is set up.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,6 +67,11 @@ pub struct StorageConfig {
     /// storage knows no oracle); [`Client::open`](crate::client::Client::open)
     /// sets one with its oracle and [`MaxTsLimit::DEFAULT_ALLOWANCE`].
     pub max_ts_limit: Option<MaxTsLimit>,
+    /// The raw keys this storage serves, as a region of a
+    /// [`Cluster`](crate::cluster::Cluster): a command touching a key (or a
+    /// range reaching) outside it fails with [`Error::KeyNotInRegion`] and
+    /// does nothing. Defaults to `None`: the whole key space, no check.
+    pub key_range: Option<KeyRange>,
 }
 
 /// Per-command options.
@@ -77,6 +86,8 @@ pub struct CommandOptions {
 /// The region's command API over an engine (RocksDB by default).
 pub struct Storage<E: Engine = RocksEngine> {
     scheduler: Scheduler<E>,
+    /// `None`: the whole key space.
+    bounds: Option<Bounds>,
 }
 
 impl<E: Engine> std::fmt::Debug for Storage<E> {
@@ -110,6 +121,7 @@ impl<E: Engine> Storage<E> {
         let cm = ConcurrencyManager::with_limit(config.initial_max_ts, config.max_ts_limit.clone());
         Storage {
             scheduler: Scheduler::new(engine, cm, &config.scheduler),
+            bounds: config.key_range.map(Bounds::new),
         }
     }
 
@@ -150,9 +162,14 @@ impl<E: Engine> Storage<E> {
         options: CommandOptions,
         inline: bool,
     ) -> Pending<C::Output> {
+        let keys = cmd.latch_keys();
+        if let Some(bounds) = &self.bounds {
+            if let Err(e) = bounds.check(cmd.footprint(), &keys) {
+                return Pending::ready(Err(e));
+            }
+        }
         let (completer, answer) = pending::<C::Output>();
         let deadline = options.max_execution_duration.map(|d| Instant::now() + d);
-        let keys = cmd.latch_keys();
         let job = Box::new(move |input: JobInput<'_, E>| {
             let outcome = match input {
                 JobInput::Run { engine, cm } => cmd.process(WriteContext {
@@ -189,6 +206,9 @@ impl<E: Engine> Storage<E> {
 
     /// Sends a read command to a worker without waiting for it.
     pub fn sched_read<C: ReadCommand>(&self, cmd: C) -> Pending<C::Output> {
+        if let Err(e) = self.check_read(&cmd) {
+            return Pending::ready(Err(e));
+        }
         let (completer, answer) = pending::<C::Output>();
         let submitted = self
             .scheduler
@@ -215,7 +235,24 @@ impl<E: Engine> Storage<E> {
 
     /// Runs a read command on the calling thread.
     pub fn read<C: ReadCommand>(&self, cmd: C) -> Result<C::Output> {
+        self.check_read(&cmd)?;
         cmd.process(self.engine(), self.concurrency_manager())
+    }
+
+    /// The region's bounds check of a read command.
+    fn check_read<C: ReadCommand>(&self, cmd: &C) -> Result<()> {
+        match &self.bounds {
+            Some(bounds) => bounds.check(cmd.footprint(), &[]),
+            None => Ok(()),
+        }
+    }
+
+    /// The region's bounds check of a range operation.
+    fn check_range(&self, start: Option<&Key>, end: Option<&Key>) -> Result<()> {
+        match &self.bounds {
+            Some(bounds) => bounds.check(Footprint::Range(start, end), &[]),
+            None => Ok(()),
+        }
     }
 
     /// The value of `key` at `ts` (snapshot isolation).
@@ -361,6 +398,7 @@ impl<E: Engine> Storage<E> {
                 commit_ts,
             });
         }
+        self.check_range(start.as_ref(), end.as_ref())?;
         let mut from = start;
         let mut resolved = 0;
         loop {
@@ -414,6 +452,7 @@ impl<E: Engine> Storage<E> {
         start: Option<Key>,
         end: Option<Key>,
     ) -> Result<GcInfo> {
+        self.check_range(start.as_ref(), end.as_ref())?;
         let mut total = GcInfo::default();
         let mut from = start;
         loop {
