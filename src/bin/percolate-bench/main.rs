@@ -9,11 +9,37 @@
 //! target/release/percolate-bench --workload a --distribution zipfian --value-size 100
 //! target/release/percolate-bench --suite issue          # every scenario of docs/BENCHMARKS.md
 //! target/release/percolate-bench --workload transfer --systems two-pc,async --threads 1
+//! target/release/percolate-bench --workload c --read latest,snapshot,txn
+//! target/release/percolate-bench --workload get --threads 1,4,16   # point reads, thread sweep
+//! target/release/percolate-bench --workload a --no-flush
 //! ```
 //!
-//! Every system of a scenario group is opened and loaded first; then each
-//! scenario runs on each system in turn, so all see the same machine
-//! state. See docs/BENCHMARKS.md for what the figures mean.
+//! * `--read latest|snapshot|txn` (comma-separated for several; default
+//!   `snapshot`): how the single-record reads of workloads A, B, C and F
+//!   are made. `latest`: a plain read of the latest data (raw and
+//!   TransactionDB `get_pinned`, fjall's keyspace `get`, percolate
+//!   `Client::get_latest`); `snapshot`: a read at an explicit snapshot
+//!   without a transaction (raw: the same plain get, the runner takes no
+//!   snapshot for it; TransactionDB `snapshot()` and a get at it; fjall `read_tx().get`;
+//!   percolate `Client::view(|txn| txn.get)`); `txn`: a read inside a full
+//!   transaction (raw: the same plain get; TransactionDB begin, get,
+//!   commit; fjall `write_tx`, get, commit; percolate
+//!   `with_retry_info(|txn| txn.get)`). F's
+//!   read-modify-writes are transactions in every mode. The scenario's name
+//!   shows the mode: `C-latest zipf 100B 4t buffered`.
+//! * `--workload get`: the point-read workload, `c` with `--read latest`
+//!   whatever `--read` says (shown as `C-latest`).
+//! * `--threads 1,4,16`: every scenario at each thread count; after the
+//!   table, a `SCALING` line per system and scenario (ops/s at the most
+//!   threads / at the fewest).
+//! * `--no-flush`: by default every system, once loaded, flushes its
+//!   memtables and waits for its compactions before anything is measured
+//!   (the header says which was done); this skips it.
+//!
+//! Every system of a scenario group (same value size and durability) is
+//! opened, loaded and flushed first; then each scenario runs on each system
+//! in turn, so all see the same machine state. See docs/BENCHMARKS.md for
+//! what the figures mean.
 
 mod report;
 mod run;
@@ -27,19 +53,27 @@ use clap::Parser;
 use crate::report::Report;
 use crate::run::{Measurement, RunLimit, Scenario};
 use crate::systems::{BoxError, Kind, Setup};
-use crate::workload::{KeyDistribution, Workload};
+use crate::workload::{KeyDistribution, ReadMode, Workload};
 
 /// YCSB-style workloads on percolate and its peers, side by side.
 #[derive(Debug, Parser)]
 #[command(name = "percolate-bench")]
 struct Args {
-    /// Run a preset list of scenarios instead of `--workload` x
-    /// `--value-size`: `issue` is the list docs/BENCHMARKS.md reports.
+    /// Run a preset list of scenarios instead of `--workload` x `--read` x
+    /// `--value-size` x `--threads`: `issue` is the list docs/BENCHMARKS.md
+    /// reports.
     #[arg(long, value_enum)]
     suite: Option<Suite>,
-    /// Workloads to run, comma-separated.
+    /// Workloads to run, comma-separated (`get`: point reads, `c` with
+    /// `--read latest`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "a")]
     workload: Vec<Workload>,
+    /// How the single-record reads of A, B, C and F are made,
+    /// comma-separated to run each workload with reads in several modes:
+    /// `latest` (a plain read of the latest data), `snapshot` (at an
+    /// explicit snapshot, no transaction), `txn` (in a full transaction).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "snapshot")]
+    read: Vec<ReadMode>,
     /// How records are chosen.
     #[arg(long, value_enum, default_value_t = KeyDistribution::Zipfian)]
     distribution: KeyDistribution,
@@ -50,9 +84,10 @@ struct Args {
     /// at most 255 bytes into the commit record).
     #[arg(long, value_delimiter = ',', default_value = "100")]
     value_size: Vec<usize>,
-    /// Client threads.
-    #[arg(long, default_value_t = 4)]
-    threads: usize,
+    /// Client threads, comma-separated for a sweep (every scenario at each
+    /// count, then each system's scaling).
+    #[arg(long, value_delimiter = ',', default_value = "4")]
+    threads: Vec<usize>,
     /// Measured seconds per system and scenario.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
@@ -88,6 +123,10 @@ struct Args {
     /// one with the median ops/s is reported.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Measure right after the load, without flushing the memtables and
+    /// waiting for compactions first.
+    #[arg(long)]
+    no_flush: bool,
 }
 
 /// The measurement with the median throughput (the upper one of an even
@@ -101,35 +140,59 @@ fn median(mut measured: Vec<Measurement>) -> Measurement {
 /// Preset scenario lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Suite {
-    /// The scenarios behind issue 6's targets and docs/BENCHMARKS.md.
+    /// The scenarios behind issue 6's targets and docs/BENCHMARKS.md: A, B,
+    /// C (latest, snapshot and txn reads), E and F, zipfian, 100 B, 4
+    /// threads; updates, 4-key transfers (4 threads) and 4-key multi-updates
+    /// (1 thread), uniform; A with 1 KiB values; synced updates, 8 threads.
     Issue,
 }
 
 fn scenarios(args: &Args) -> Vec<Scenario> {
     let base = Scenario {
         workload: Workload::A,
+        read: ReadMode::Snapshot,
         distribution: args.distribution,
         value_len: 100,
-        threads: args.threads,
+        threads: 4,
         durable: args.durable,
         txn_keys: args.txn_keys,
         max_scan: args.max_scan,
     };
     match args.suite {
-        None => args
-            .value_size
-            .iter()
-            .flat_map(|&value_len| {
-                args.workload.iter().map(move |&workload| Scenario {
-                    workload,
-                    value_len,
-                    ..base
-                })
-            })
-            .collect(),
+        None => {
+            // value size x workload x read mode x threads, without repeats:
+            // a workload without reads runs once whatever `--read` says, and
+            // `get` is C with latest reads.
+            let mut list: Vec<Scenario> = Vec::new();
+            for &value_len in &args.value_size {
+                for &workload in &args.workload {
+                    let (workload, reads) = match workload {
+                        Workload::Get => (Workload::C, vec![ReadMode::Latest]),
+                        w if w.has_reads() => (w, args.read.clone()),
+                        w => (w, vec![ReadMode::Snapshot]),
+                    };
+                    for &read in &reads {
+                        for &threads in &args.threads {
+                            let s = Scenario {
+                                workload,
+                                read,
+                                value_len,
+                                threads,
+                                ..base
+                            };
+                            if !list.contains(&s) {
+                                list.push(s);
+                            }
+                        }
+                    }
+                }
+            }
+            list
+        }
         Some(Suite::Issue) => {
-            let zipf = |workload, value_len| Scenario {
+            let zipf = |workload, read, value_len| Scenario {
                 workload,
+                read,
                 value_len,
                 distribution: KeyDistribution::Zipfian,
                 threads: 4,
@@ -144,16 +207,19 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
                 value_len: 100,
                 ..base
             };
+            let snapshot = ReadMode::Snapshot;
             vec![
-                zipf(Workload::A, 100),
-                zipf(Workload::B, 100),
-                zipf(Workload::C, 100),
-                zipf(Workload::E, 100),
-                zipf(Workload::F, 100),
+                zipf(Workload::A, snapshot, 100),
+                zipf(Workload::B, snapshot, 100),
+                zipf(Workload::C, ReadMode::Latest, 100),
+                zipf(Workload::C, snapshot, 100),
+                zipf(Workload::C, ReadMode::Txn, 100),
+                zipf(Workload::E, snapshot, 100),
+                zipf(Workload::F, snapshot, 100),
                 uniform(Workload::Update, 4, false),
                 uniform(Workload::Transfer, 4, false),
                 uniform(Workload::MultiUpdate, 1, false),
-                zipf(Workload::A, 1024),
+                zipf(Workload::A, snapshot, 1024),
                 uniform(Workload::Update, 8, true),
             ]
         }
@@ -162,7 +228,7 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
 
 fn main() -> Result<(), BoxError> {
     let args = Args::parse();
-    if args.records == 0 || args.threads == 0 {
+    if args.records == 0 || args.threads.contains(&0) {
         return Err("need at least 1 record and 1 thread".into());
     }
     let limit = match args.ops {
@@ -171,8 +237,26 @@ fn main() -> Result<(), BoxError> {
     };
     let warmup = Duration::from_secs_f64(args.warmup);
     let scenarios = scenarios(&args);
+    // The read modes of the run's workloads with reads, for the header.
+    let reads: Vec<ReadMode> = [ReadMode::Latest, ReadMode::Snapshot, ReadMode::Txn]
+        .into_iter()
+        .filter(|&mode| {
+            scenarios
+                .iter()
+                .any(|s| s.workload.has_reads() && s.read == mode)
+        })
+        .collect();
+    let flush = !args.no_flush;
+    let load_threads = args.threads.iter().copied().max().unwrap_or(4);
     let mut report = Report::new(&args.systems, args.regions);
-    report.print_header(args.records, limit, warmup, args.rounds.max(1));
+    report.print_header(
+        args.records,
+        limit,
+        warmup,
+        args.rounds.max(1),
+        &reads,
+        flush,
+    );
 
     // Scenarios sharing a value size and durability share loaded systems.
     let mut groups: Vec<(usize, bool, Vec<Scenario>)> = Vec::new();
@@ -191,7 +275,8 @@ fn main() -> Result<(), BoxError> {
             regions: args.regions,
             records: args.records,
         };
-        let loaded = run::open_and_load(&args.systems, setup, value_len, args.threads)?;
+        let loaded = run::open_and_load(&args.systems, setup, value_len, load_threads, flush)?;
+        report.print_load(args.records, value_len, durable, &loaded.timings);
         for scenario in &list {
             report.print_scenario(scenario, args.records);
             let mut rounds: Vec<Vec<Measurement>> =

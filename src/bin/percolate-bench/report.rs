@@ -1,12 +1,15 @@
 //! What the runner prints: the machine and its load, what each system
-//! guarantees, a line per measurement as it finishes, and at the end a
-//! Markdown table of every figure with its ratios and the issue's targets.
+//! guarantees, how each read mode reads on each system, whether the stores
+//! were flushed after the load, a line per measurement as it finishes, and
+//! at the end a Markdown table of every figure with its ratios, the issue's
+//! targets (`TARGET` lines) and, for a thread sweep, each system's scaling
+//! (`SCALING` lines).
 
 use std::time::Duration;
 
 use crate::run::{Measurement, RunLimit, Scenario};
 use crate::systems::Kind;
-use crate::workload::{KeyDistribution, Workload, ZIPFIAN_THETA};
+use crate::workload::{KeyDistribution, ReadMode, Workload, ZIPFIAN_THETA};
 
 /// One measurement of one system in one scenario.
 struct Row {
@@ -40,6 +43,17 @@ fn now_utc() -> String {
         .unwrap_or_default()
 }
 
+/// The workload's name, with the read mode for workloads with reads
+/// (`C-latest`).
+fn workload_name(s: &Scenario) -> String {
+    if s.workload.has_reads() {
+        format!("{}-{}", s.workload.name(s.txn_keys), s.read.name())
+    } else {
+        s.workload.name(s.txn_keys)
+    }
+}
+
+/// The scenario's name in tables: `C-latest zipf 100B 4t buffered`.
 fn scenario_name(s: &Scenario) -> String {
     let dist = match s.distribution {
         KeyDistribution::Uniform => "uniform",
@@ -48,10 +62,20 @@ fn scenario_name(s: &Scenario) -> String {
     let durability = if s.durable { "sync" } else { "buffered" };
     format!(
         "{} {dist} {}B {}t {durability}",
-        s.workload.name(s.txn_keys),
+        workload_name(s),
         s.value_len,
         s.threads
     )
+}
+
+/// The scenario's name without its thread count, for the scaling lines.
+fn sweep_name(s: &Scenario) -> String {
+    let dist = match s.distribution {
+        KeyDistribution::Uniform => "uniform",
+        KeyDistribution::Zipfian => "zipf",
+    };
+    let durability = if s.durable { "sync" } else { "buffered" };
+    format!("{} {dist} {}B {durability}", workload_name(s), s.value_len)
 }
 
 impl Report {
@@ -64,8 +88,18 @@ impl Report {
         }
     }
 
-    /// The machine, the run's limits and what each system guarantees.
-    pub fn print_header(&self, records: u64, limit: RunLimit, warmup: Duration, rounds: usize) {
+    /// The machine, the run's limits, what each system guarantees, what each
+    /// of the run's read modes (`reads`) means on each system, and whether
+    /// the stores were flushed after the load.
+    pub fn print_header(
+        &self,
+        records: u64,
+        limit: RunLimit,
+        warmup: Duration,
+        rounds: usize,
+        reads: &[ReadMode],
+        flushed: bool,
+    ) {
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
         println!("percolate-bench at {}", now_utc());
         println!(
@@ -91,6 +125,64 @@ impl Report {
              process crash); `sync` = log synced before commit returns (RocksDB sync=true, \
              fjall PersistMode::SyncData, percolate Durability::Sync with group commit)"
         );
+        if !reads.is_empty() {
+            println!(
+                "reads (`--read`): the single-record reads of A, B, C and F (F's \
+                 read-modify-writes are transactions in every mode); the scenario's name \
+                 shows the mode (C-latest, C-snapshot, C-txn):"
+            );
+            for &mode in reads {
+                println!("  {:<8} = {}:", mode.name(), mode.describe());
+                for kind in &self.kinds {
+                    println!("    {:<17} {}", kind.name(), kind.read_semantics(mode));
+                }
+            }
+        }
+        if flushed {
+            println!(
+                "after the load: store flushed and compactions waited for, in every system, \
+                 before any measurement:"
+            );
+            for kind in &self.kinds {
+                println!("  {:<17} {}", kind.name(), kind.settle_semantics());
+            }
+        } else {
+            println!(
+                "after the load: not flushed (--no-flush): measurements start with the load \
+                 in the memtables and its compactions possibly running"
+            );
+        }
+    }
+
+    /// How long each system took to load `records` records of `value_len`
+    /// bytes, and to flush and wait for its compactions.
+    pub fn print_load(
+        &self,
+        records: u64,
+        value_len: usize,
+        durable: bool,
+        timings: &[(Duration, Option<Duration>)],
+    ) {
+        let each: Vec<String> = self
+            .kinds
+            .iter()
+            .zip(timings)
+            .map(|(kind, (load, settle))| match settle {
+                Some(settle) => format!(
+                    "{} {:.2} s + flush {:.2} s",
+                    kind.name(),
+                    load.as_secs_f64(),
+                    settle.as_secs_f64()
+                ),
+                None => format!("{} {:.2} s", kind.name(), load.as_secs_f64()),
+            })
+            .collect();
+        println!();
+        println!(
+            "loaded {records} records x {value_len} B ({}): {}",
+            if durable { "sync" } else { "buffered" },
+            each.join(", ")
+        );
     }
 
     /// The header of one scenario.
@@ -99,9 +191,14 @@ impl Report {
             KeyDistribution::Uniform => "uniform".to_string(),
             KeyDistribution::Zipfian => format!("scrambled zipfian θ={ZIPFIAN_THETA}"),
         };
+        let read = if s.workload.has_reads() {
+            format!(" (reads: {}, {})", s.read.name(), s.read.describe())
+        } else {
+            String::new()
+        };
         println!();
         println!(
-            "== {}, {dist}, {records} records x {} B, {} threads, {} (load average {})",
+            "== {}{read}, {dist}, {records} records x {} B, {} threads, {} (load average {})",
             s.workload.describe(s.txn_keys),
             s.value_len,
             s.threads,
@@ -109,7 +206,7 @@ impl Report {
             load_average()
         );
         println!(
-            "  {:<17} {:>10} {:>9} {:>9} {:>9} {:>8} {:>6} {:>8} {:>8}",
+            "  {:<17} {:>10} {:>9} {:>9} {:>9} {:>8} {:>6} {:>8} {:>8} {:>10}",
             "system",
             "ops/s",
             "p50 µs",
@@ -118,7 +215,8 @@ impl Report {
             "retries",
             "aborts",
             "/txndb",
-            "/raw"
+            "/raw",
+            "CPU µs/op"
         );
     }
 
@@ -164,6 +262,17 @@ impl Report {
             .find(|r| r.kind == kind && pick(&r.scenario))
     }
 
+    /// The distinct scenarios `pick` chooses, in the order they ran.
+    fn scenarios(&self, pick: impl Fn(&Scenario) -> bool) -> Vec<Scenario> {
+        let mut found: Vec<Scenario> = Vec::new();
+        for r in &self.rows {
+            if pick(&r.scenario) && !found.contains(&r.scenario) {
+                found.push(r.scenario);
+            }
+        }
+        found
+    }
+
     /// The Markdown table of every measurement, then the targets.
     pub fn print_summary(&self) {
         println!();
@@ -193,8 +302,55 @@ impl Report {
             );
         }
         self.print_targets();
+        self.print_scaling();
     }
 
+    /// For every scenario measured at several thread counts, each system's
+    /// ops/s at the most threads over its ops/s at the fewest (1 in a sweep
+    /// that includes it).
+    fn print_scaling(&self) {
+        let mut sweeps: Vec<(String, Vec<usize>)> = Vec::new();
+        for r in &self.rows {
+            let name = sweep_name(&r.scenario);
+            match sweeps.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, threads)) => {
+                    if !threads.contains(&r.scenario.threads) {
+                        threads.push(r.scenario.threads);
+                    }
+                }
+                None => sweeps.push((name, vec![r.scenario.threads])),
+            }
+        }
+        for (name, mut threads) in sweeps {
+            if threads.len() < 2 {
+                continue;
+            }
+            threads.sort_unstable();
+            let (fewest, most) = (threads[0], threads[threads.len() - 1]);
+            for &kind in &self.kinds {
+                let at = |t: usize| {
+                    self.find(kind, |s| s.threads == t && sweep_name(s) == name)
+                        .map(|r| r.m.ops_per_sec())
+                };
+                let (Some(low), Some(high)) = (at(fewest), at(most)) else {
+                    continue;
+                };
+                let each: Vec<String> = threads
+                    .iter()
+                    .filter_map(|&t| at(t).map(|ops| format!("{t}t {ops:.0}")))
+                    .collect();
+                println!(
+                    "SCALING [{name}] {}: {:.2}x at {most}t / {fewest}t ({} ops/s)",
+                    kind.name(),
+                    high / low,
+                    each.join(", ")
+                );
+            }
+        }
+    }
+
+    /// A `TARGET` line for every scenario `pick` chooses that both `ours`
+    /// and `base` ran (one per read mode and thread count measured).
     fn throughput_target(
         &self,
         what: &str,
@@ -203,7 +359,13 @@ impl Report {
         goal: f64,
         pick: impl Fn(&Scenario) -> bool + Copy,
     ) {
-        if let (Some(a), Some(b)) = (self.find(ours, pick), self.find(base, pick)) {
+        for scenario in self.scenarios(pick) {
+            let (Some(a), Some(b)) = (
+                self.find(ours, |s| *s == scenario),
+                self.find(base, |s| *s == scenario),
+            ) else {
+                continue;
+            };
             let ratio = a.m.ops_per_sec() / b.m.ops_per_sec();
             let verdict = if ratio >= goal { "met" } else { "NOT met" };
             println!(
@@ -223,14 +385,29 @@ impl Report {
                 && s.value_len <= 255
                 && !s.durable
         };
+        let ycsb_f = |s: &Scenario| {
+            s.workload == Workload::F
+                && s.distribution == KeyDistribution::Zipfian
+                && s.value_len <= 255
+                && !s.durable
+        };
         let update = |s: &Scenario| s.workload == Workload::Update && !s.durable;
         let durable = |s: &Scenario| s.durable && s.threads == 8;
+        // A's updates are blind writes; F's are read-modify-writes (reads
+        // with get_for_update in TransactionDB): both, against the same goal.
         self.throughput_target(
             "1PC / TransactionDB, YCSB-A zipfian small values",
             Kind::OnePc,
             Kind::Txndb,
             1.0,
             ycsb_a,
+        );
+        self.throughput_target(
+            "1PC / TransactionDB, YCSB-F zipfian small values (read-modify-write updates)",
+            Kind::OnePc,
+            Kind::Txndb,
+            1.0,
+            ycsb_f,
         );
         self.throughput_target(
             "1PC / fjall, YCSB-A zipfian small values",

@@ -1,4 +1,5 @@
-//! Loading the systems and measuring one scenario on one system.
+//! Loading the systems (then flushing them and waiting for their
+//! compactions) and measuring one scenario on one system.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -10,13 +11,15 @@ use rand::rngs::SmallRng;
 use tempfile::TempDir;
 
 use crate::systems::{self, BoxError, Kind, OpError, Setup, System};
-use crate::workload::{KeyDistribution, OpGenerator, Workload};
+use crate::workload::{KeyDistribution, OpGenerator, ReadMode, Workload};
 
 /// One measured configuration.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Scenario {
     /// The operation mix.
     pub workload: Workload,
+    /// How its single-record reads are made (for workloads with reads).
+    pub read: ReadMode,
     /// How records are chosen.
     pub distribution: KeyDistribution,
     /// Bytes per value.
@@ -84,6 +87,9 @@ impl Measurement {
 pub struct Loaded {
     /// In `--systems` order. Declared before `_dirs`: closed first.
     pub systems: Vec<(Kind, Box<dyn System>)>,
+    /// For each system, how long its load took and how long its flush and
+    /// the wait for its compactions (`None`: not flushed).
+    pub timings: Vec<(Duration, Option<Duration>)>,
     _dirs: Vec<TempDir>,
 }
 
@@ -91,16 +97,21 @@ pub struct Loaded {
 /// its prewrite batch size).
 const LOAD_CHUNK: u64 = 1024;
 
-/// Opens every kind and loads `setup.records` records, with a progress bar.
+/// Opens every kind and loads `setup.records` records, with a progress bar;
+/// with `flush`, then flushes each system's memtables and waits for its
+/// compactions ([`System::settle`]) before the next one is loaded.
 pub fn open_and_load(
     kinds: &[Kind],
     setup: Setup,
     value_len: usize,
     threads: usize,
+    flush: bool,
 ) -> Result<Loaded, BoxError> {
     let mut systems = Vec::new();
+    let mut timings = Vec::new();
     let mut dirs = Vec::new();
     for &kind in kinds {
+        let started = Instant::now();
         let dir = tempfile::Builder::new()
             .prefix(&format!("percolate-bench-{}-", kind.name()))
             .tempdir()?;
@@ -129,11 +140,26 @@ pub fn open_and_load(
             Ok(())
         })?;
         bar.finish_and_clear();
+        let loaded = started.elapsed();
+        let mut settled = None;
+        if flush {
+            let started = Instant::now();
+            let spinner = ProgressBar::new_spinner().with_message(format!(
+                "{}: flushing, waiting for compactions",
+                kind.name()
+            ));
+            spinner.enable_steady_tick(Duration::from_millis(100));
+            system.settle()?;
+            spinner.finish_and_clear();
+            settled = Some(started.elapsed());
+        }
+        timings.push((loaded, settled));
         systems.push((kind, system));
         dirs.push(dir);
     }
     Ok(Loaded {
         systems,
+        timings,
         _dirs: dirs,
     })
 }
@@ -180,6 +206,7 @@ pub fn measure(
         records,
         scenario.max_scan,
         scenario.txn_keys,
+        scenario.read,
     );
     let started = Instant::now();
     let window_start = started + warmup;

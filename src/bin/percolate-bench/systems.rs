@@ -2,11 +2,14 @@
 //! TransactionDB, fjall's optimistic transactions, and percolate committing
 //! by 1PC, 2PC and async commit. Each runs every [`Op`] as one transaction
 //! (raw RocksDB: one read or one write batch), retrying conflicts with the
-//! same backoff percolate's `Client::with_retry` uses.
+//! same backoff percolate's `Client::with_retry` uses; single-record reads
+//! are made as their [`ReadMode`] says ([`Kind::read_semantics`]). After the
+//! load, [`System::settle`] flushes each store and waits for its
+//! compactions.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use percolate::engine::Durability;
 use percolate::txn::scheduler::SchedulerConfig;
@@ -14,11 +17,11 @@ use percolate::txn::storage::StorageConfig;
 use percolate::{Client, ClientConfig, CommitProtocol, OpenOptions};
 use rocksdb::{
     BlockBasedOptions, Cache, DB, DBCompressionType, ErrorKind, MultiThreaded, Options,
-    ReadOptions, TransactionDB, TransactionDBOptions, TransactionOptions, WriteBatch,
-    WriteBatchWithTransaction, WriteOptions,
+    ReadOptions, TransactionDB, TransactionDBOptions, TransactionOptions, WaitForCompactOptions,
+    WriteBatch, WriteBatchWithTransaction, WriteOptions,
 };
 
-use crate::workload::{INITIAL_COUNTER, Op, counter, record_key, transfer, value};
+use crate::workload::{INITIAL_COUNTER, Op, ReadMode, counter, record_key, transfer, value};
 
 /// Any error that stops a run.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -74,12 +77,13 @@ impl Kind {
                           data, a read-modify-write or transfer can lose updates (the floor)"
                 .into(),
             Kind::Txndb => "snapshot isolation: pessimistic TransactionDB, set_snapshot at \
-                            begin, reads at the snapshot, get_for_update for read-modify-write \
-                            and transfers, a write to a key written since the snapshot fails \
-                            (Busy) and the transaction is retried"
+                            begin, reads in it at the snapshot, get_for_update for \
+                            read-modify-write and transfers, a write to a key written since \
+                            the snapshot fails (Busy) and the transaction is retried; scans at \
+                            the transaction's snapshot"
                 .into(),
             Kind::Fjall => "serializable: fjall 3 OptimisticTxDatabase, read and write sets \
-                            checked at commit (SSI), Conflict retried; read-only ops on read_tx \
+                            checked at commit (SSI), Conflict retried; scans on read_tx \
                             snapshots"
                 .into(),
             Kind::OnePc => "snapshot isolation: Percolator/TiKV MVCC on RocksDB, 1 region, \
@@ -94,6 +98,65 @@ impl Kind {
                 "snapshot isolation across {regions} regions: async commit (committed when \
                  every prewrite succeeded, commit_ts = max min_commit_ts, no oracle call)"
             ),
+        }
+    }
+
+    /// How it makes a single-record read in `mode`.
+    pub fn read_semantics(self, mode: ReadMode) -> &'static str {
+        match (self, mode) {
+            (Kind::Raw, ReadMode::Latest) => "DB::get_pinned",
+            (Kind::Raw, ReadMode::Snapshot | ReadMode::Txn) => {
+                "DB::get_pinned (raw RocksDB has no transactions; the runner takes no \
+                 snapshot for it)"
+            }
+            (Kind::Txndb, ReadMode::Latest) => {
+                "TransactionDB::get_pinned (no transaction, no snapshot)"
+            }
+            (Kind::Txndb, ReadMode::Snapshot) => {
+                "TransactionDB::snapshot, then get_pinned_opt with ReadOptions::set_snapshot \
+                 (no transaction)"
+            }
+            (Kind::Txndb, ReadMode::Txn) => {
+                "transaction_opt (set_snapshot), get_pinned_opt at its snapshot, commit"
+            }
+            (Kind::Fjall, ReadMode::Latest) => {
+                "OptimisticTxKeyspace::get (reads the latest sequence number, no snapshot \
+                 registered)"
+            }
+            (Kind::Fjall, ReadMode::Snapshot) => "read_tx() (a snapshot), then get",
+            (Kind::Fjall, ReadMode::Txn) => {
+                "write_tx(), get, commit (a read-only optimistic transaction; Conflict retried)"
+            }
+            (Kind::OnePc | Kind::TwoPc | Kind::Async, ReadMode::Latest) => {
+                "Client::get_latest (the point read without a timestamp: no oracle call)"
+            }
+            (Kind::OnePc | Kind::TwoPc | Kind::Async, ReadMode::Snapshot) => {
+                "Client::view(|txn| txn.get) (a read-only transaction: start_ts from the \
+                 oracle, get at it, nothing committed)"
+            }
+            (Kind::OnePc | Kind::TwoPc | Kind::Async, ReadMode::Txn) => {
+                "Client::with_retry_info(|txn| txn.get) (begin, get, commit)"
+            }
+        }
+    }
+
+    /// How [`System::settle`] makes its store quiet.
+    pub fn settle_semantics(self) -> &'static str {
+        match self {
+            Kind::Raw => "DB::flush, then DB::wait_for_compact",
+            Kind::Txndb => {
+                "TransactionDB::flush, then polls rocksdb.{mem-table-flush-pending, \
+                 compaction-pending, num-running-flushes, num-running-compactions} until all \
+                 are 0 (TransactionDB has no wait_for_compact in rust-rocksdb 0.25)"
+            }
+            Kind::Fjall => {
+                "persist(SyncAll), rotates the keyspace's memtable and waits for its flush, \
+                 then polls until no flush is queued and no compaction ran for 100 ms \
+                 (fjall 3 has no wait for compactions)"
+            }
+            Kind::OnePc | Kind::TwoPc | Kind::Async => {
+                "RocksEngine::flush (every CF), then wait_for_compact on its raw_db"
+            }
         }
     }
 }
@@ -116,6 +179,11 @@ pub trait System: Send + Sync {
 
     /// Runs `op` as one transaction; returns the conflicts retried.
     fn execute(&self, op: &Op, value_len: usize) -> Result<u32, OpError>;
+
+    /// Flushes the memtables to disk and waits until no flush or
+    /// compaction is running or pending (after the load, before any
+    /// measurement).
+    fn settle(&self) -> Result<(), BoxError>;
 
     /// Commits by protocol so far (percolate only): 1PC, async, 2PC.
     fn protocols(&self) -> Option<[u32; 3]> {
@@ -219,8 +287,10 @@ impl System for Raw {
     fn execute(&self, op: &Op, value_len: usize) -> Result<u32, OpError> {
         let run = || -> Result<(), BoxError> {
             match op {
-                Op::Read(k) => {
-                    std::hint::black_box(self.db.get_pinned(record_key(*k))?);
+                // No snapshots or transactions in raw RocksDB: every mode is
+                // a plain read of the latest data.
+                Op::Read { key, mode: _ } => {
+                    std::hint::black_box(self.db.get_pinned(record_key(*key))?);
                 }
                 Op::Update(k) | Op::Insert(k) => {
                     self.write([(*k, value(INITIAL_COUNTER, value_len))])?
@@ -261,6 +331,13 @@ impl System for Raw {
         };
         run().map(|()| 0).map_err(OpError::Failed)
     }
+
+    fn settle(&self) -> Result<(), BoxError> {
+        self.db.flush()?;
+        self.db
+            .wait_for_compact(&WaitForCompactOptions::default())?;
+        Ok(())
+    }
 }
 
 /// RocksDB's TransactionDB (pessimistic), each transaction with a snapshot
@@ -297,8 +374,8 @@ impl TxnDb {
         let mut read = ReadOptions::default();
         read.set_snapshot(&snapshot);
         match op {
-            Op::Read(k) => {
-                std::hint::black_box(txn.get_pinned_opt(record_key(*k), &read)?);
+            Op::Read { key, mode: _ } => {
+                std::hint::black_box(txn.get_pinned_opt(record_key(*key), &read)?);
             }
             Op::Update(k) | Op::Insert(k) => {
                 txn.put(record_key(*k), value(INITIAL_COUNTER, value_len))?
@@ -352,10 +429,52 @@ impl System for TxnDb {
     }
 
     fn execute(&self, op: &Op, value_len: usize) -> Result<u32, OpError> {
-        retry(|| match self.attempt(op, value_len) {
-            Ok(()) => Ok(Some(())),
-            Err(e) => txndb_conflict(e),
-        })
+        match op {
+            Op::Read {
+                key,
+                mode: ReadMode::Latest,
+            } => {
+                let v = self.db.get_pinned(record_key(*key));
+                std::hint::black_box(v.map_err(|e| OpError::Failed(e.into()))?);
+                Ok(0)
+            }
+            Op::Read {
+                key,
+                mode: ReadMode::Snapshot,
+            } => {
+                let snapshot = self.db.snapshot();
+                let mut read = ReadOptions::default();
+                read.set_snapshot(&snapshot);
+                let v = self.db.get_pinned_opt(record_key(*key), &read);
+                std::hint::black_box(v.map_err(|e| OpError::Failed(e.into()))?);
+                Ok(0)
+            }
+            _ => retry(|| match self.attempt(op, value_len) {
+                Ok(()) => Ok(Some(())),
+                Err(e) => txndb_conflict(e),
+            }),
+        }
+    }
+
+    fn settle(&self) -> Result<(), BoxError> {
+        self.db.flush()?;
+        // What DB::wait_for_compact waits for, which TransactionDB lacks.
+        const BUSY: [&str; 4] = [
+            "rocksdb.mem-table-flush-pending",
+            "rocksdb.compaction-pending",
+            "rocksdb.num-running-flushes",
+            "rocksdb.num-running-compactions",
+        ];
+        loop {
+            let mut busy = false;
+            for property in BUSY {
+                busy |= self.db.property_int_value(property)?.unwrap_or(0) > 0;
+            }
+            if !busy {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -396,9 +515,27 @@ impl Fjall {
     fn attempt(&self, op: &Op, value_len: usize) -> Result<Option<()>, BoxError> {
         use fjall::Readable as _;
         match op {
-            Op::Read(k) => {
-                std::hint::black_box(self.db.read_tx().get(&self.table, record_key(*k))?);
+            Op::Read {
+                key,
+                mode: ReadMode::Latest,
+            } => {
+                std::hint::black_box(self.table.get(record_key(*key))?);
                 Ok(Some(()))
+            }
+            Op::Read {
+                key,
+                mode: ReadMode::Snapshot,
+            } => {
+                std::hint::black_box(self.db.read_tx().get(&self.table, record_key(*key))?);
+                Ok(Some(()))
+            }
+            Op::Read {
+                key,
+                mode: ReadMode::Txn,
+            } => {
+                let tx = self.write_tx()?;
+                std::hint::black_box(tx.get(&self.table, record_key(*key))?);
+                Self::commit(tx)
             }
             Op::Scan { start, len } => {
                 let snapshot = self.db.read_tx();
@@ -465,6 +602,31 @@ impl System for Fjall {
     fn execute(&self, op: &Op, value_len: usize) -> Result<u32, OpError> {
         retry(|| self.attempt(op, value_len))
     }
+
+    fn settle(&self) -> Result<(), BoxError> {
+        self.db.persist(fjall::PersistMode::SyncAll)?;
+        self.table.inner().rotate_memtable_and_wait()?;
+        // Compactions follow flushes as messages to fjall's workers, which
+        // it does not count: wait until none has run for a while.
+        let db = self.db.inner();
+        let quiet_for = Duration::from_millis(100);
+        let mut completed = db.compactions_completed();
+        let mut quiet_since = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(10));
+            let now = db.compactions_completed();
+            if now != completed
+                || db.active_compactions() > 0
+                || db.outstanding_flushes() > 0
+                || self.table.inner().sealed_memtable_count() > 0
+            {
+                completed = now;
+                quiet_since = Instant::now();
+            } else if quiet_since.elapsed() >= quiet_for {
+                return Ok(());
+            }
+        }
+    }
 }
 
 /// percolate through its client.
@@ -512,6 +674,20 @@ impl Percolate {
         })
     }
 
+    /// A read outside `with_retry`: retried (with the runner's backoff,
+    /// which is `Client::with_retry`'s) on a retryable error such as a lock
+    /// that did not go away.
+    fn read(&self, read: impl Fn() -> percolate::Result<Option<Vec<u8>>>) -> Result<u32, OpError> {
+        retry(|| match read() {
+            Ok(v) => {
+                std::hint::black_box(v);
+                Ok(Some(()))
+            }
+            Err(e) if e.is_retryable() => Ok(None),
+            Err(e) => Err(e.into()),
+        })
+    }
+
     fn count(&self, protocol: CommitProtocol) {
         let slot = match protocol {
             CommitProtocol::OnePc => 0,
@@ -542,12 +718,29 @@ impl System for Percolate {
     }
 
     fn execute(&self, op: &Op, value_len: usize) -> Result<u32, OpError> {
+        match op {
+            Op::Read {
+                key,
+                mode: ReadMode::Latest,
+            } => {
+                let key = record_key(*key);
+                return self.read(|| self.client.get_latest(&key));
+            }
+            Op::Read {
+                key,
+                mode: ReadMode::Snapshot,
+            } => {
+                let key = record_key(*key);
+                return self.read(|| self.client.view(|txn| txn.get(&key)));
+            }
+            _ => {}
+        }
         let mut attempts = 0u32;
         let outcome = self.client.with_retry_info(|txn| {
             attempts += 1;
             match op {
-                Op::Read(k) => {
-                    std::hint::black_box(txn.get(&record_key(*k))?);
+                Op::Read { key, mode: _ } => {
+                    std::hint::black_box(txn.get(&record_key(*key))?);
                 }
                 Op::Update(k) | Op::Insert(k) => {
                     txn.put(record_key(*k), value(INITIAL_COUNTER, value_len))
@@ -592,5 +785,18 @@ impl System for Percolate {
 
     fn protocols(&self) -> Option<[u32; 3]> {
         Some(self.protocols.each_ref().map(|c| c.load(Ordering::Relaxed)))
+    }
+
+    fn settle(&self) -> Result<(), BoxError> {
+        // Every region of the cluster shares one engine.
+        let Some(region) = self.client.cluster().regions().first() else {
+            return Ok(());
+        };
+        let engine = region.storage().engine();
+        engine.flush()?;
+        engine
+            .raw_db()
+            .wait_for_compact(&WaitForCompactOptions::default())?;
+        Ok(())
     }
 }

@@ -27,6 +27,9 @@ pub enum Workload {
     /// Multi-key updates: overwrite `--txn-keys` distinct records without
     /// reading them, in one transaction (commit latency on its own).
     MultiUpdate,
+    /// Point reads: YCSB C with `--read latest` whatever `--read` says, a
+    /// plain read of the latest data per operation (shown as `C-latest`).
+    Get,
 }
 
 impl Workload {
@@ -41,7 +44,17 @@ impl Workload {
             Workload::Update => "update-only (1-key blind writes)".into(),
             Workload::Transfer => format!("transfer ({txn_keys} keys read and written)"),
             Workload::MultiUpdate => format!("multi-update ({txn_keys} keys written blind)"),
+            Workload::Get => "point reads (YCSB-C, latest data)".into(),
         }
+    }
+
+    /// Whether the workload makes single-record reads, which `--read`
+    /// decides how to make.
+    pub fn has_reads(self) -> bool {
+        matches!(
+            self,
+            Workload::A | Workload::B | Workload::C | Workload::F | Workload::Get
+        )
     }
 
     /// The short name used in tables.
@@ -55,6 +68,40 @@ impl Workload {
             Workload::Update => "update".into(),
             Workload::Transfer => format!("transfer{txn_keys}"),
             Workload::MultiUpdate => format!("update{txn_keys}"),
+            Workload::Get => "get".into(),
+        }
+    }
+}
+
+/// How the single-record reads of workloads A, B, C and F are made (F's
+/// read-modify-writes and the transfers are transactions whatever it says;
+/// E's scans are unchanged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum ReadMode {
+    /// A plain read of the latest data: no transaction, no snapshot.
+    Latest,
+    /// A read at an explicit snapshot, without a transaction.
+    Snapshot,
+    /// A read inside a full transaction (begin, get, commit).
+    Txn,
+}
+
+impl ReadMode {
+    /// The name in scenario names (`C-latest`) and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadMode::Latest => "latest",
+            ReadMode::Snapshot => "snapshot",
+            ReadMode::Txn => "txn",
+        }
+    }
+
+    /// What the mode means, in general.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ReadMode::Latest => "a plain read of the latest data, no transaction, no snapshot",
+            ReadMode::Snapshot => "a read at an explicit snapshot, no transaction",
+            ReadMode::Txn => "a read in a transaction (begin, get, commit)",
         }
     }
 }
@@ -73,8 +120,13 @@ pub enum KeyDistribution {
 /// One transaction (or, for raw RocksDB, one operation) of a workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    /// Read one record at a snapshot.
-    Read(u64),
+    /// Read one record, as `mode` says.
+    Read {
+        /// The record.
+        key: u64,
+        /// Latest data, at a snapshot, or in a transaction.
+        mode: ReadMode,
+    },
     /// Overwrite one record without reading it.
     Update(u64),
     /// Write a new record.
@@ -159,22 +211,30 @@ pub struct OpGenerator {
     keys: KeyChooser,
     max_scan: usize,
     txn_keys: usize,
+    read: ReadMode,
 }
 
 impl OpGenerator {
-    /// A generator for `workload` over `records` records.
+    /// A generator for `workload` over `records` records, its single-record
+    /// reads made as `read` says (`Get`'s always of the latest data).
     pub fn new(
         workload: Workload,
         distribution: KeyDistribution,
         records: u64,
         max_scan: usize,
         txn_keys: usize,
+        read: ReadMode,
     ) -> Self {
         OpGenerator {
             workload,
             keys: KeyChooser::new(distribution, records),
             max_scan: max_scan.max(1),
             txn_keys: txn_keys.clamp(1, records as usize),
+            read: if workload == Workload::Get {
+                ReadMode::Latest
+            } else {
+                read
+            },
         }
     }
 
@@ -182,18 +242,22 @@ impl OpGenerator {
     pub fn next(&self, rng: &mut impl Rng, insert: impl FnOnce() -> u64) -> Op {
         let p: f64 = rng.random();
         let key = self.keys.next(rng);
+        let read = Op::Read {
+            key,
+            mode: self.read,
+        };
         match self.workload {
-            Workload::A if p < 0.5 => Op::Read(key),
+            Workload::A if p < 0.5 => read,
             Workload::A => Op::Update(key),
-            Workload::B if p < 0.95 => Op::Read(key),
+            Workload::B if p < 0.95 => read,
             Workload::B => Op::Update(key),
-            Workload::C => Op::Read(key),
+            Workload::C | Workload::Get => read,
             Workload::E if p < 0.95 => Op::Scan {
                 start: key,
                 len: rng.random_range(1..=self.max_scan),
             },
             Workload::E => Op::Insert(insert()),
-            Workload::F if p < 0.5 => Op::Read(key),
+            Workload::F if p < 0.5 => read,
             Workload::F => Op::ReadModifyWrite(key),
             Workload::Update => Op::Update(key),
             Workload::Transfer => Op::Transfer(self.keys.distinct(rng, self.txn_keys)),
