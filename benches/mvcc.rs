@@ -6,6 +6,15 @@
 //!   iterator over the same data stored plainly. Target >= 0.6x.
 //! * `versions`: a point get of a key with 1,000 older versions vs a key
 //!   with one. Target: at most 1.2x the time.
+//! * `point_get_fresh`: what a region's `Get` command does per read, a new
+//!   `PointGetter` over the engine's latest view (`Engine::latest`) for
+//!   each key, vs a raw `DB::get`. Target >= 0.8x.
+//! * `scan_100_after_churn`: 100 keys from a random start, where every key
+//!   of the range was locked and unlocked (the lock CF's memtable holds a
+//!   tombstone per key, as after 2PC or async-commit traffic), vs a raw
+//!   iterator reading 100 keys. Guards the scan's lock cursor: bounded by
+//!   the keys the scan reads, it steps over their tombstones only; over the
+//!   rest of the range, it stepped over every tombstone to the range's end.
 //!
 //! Criterion reports each function; after the groups, the `RATIO` lines give
 //! throughput ratios measured in alternating rounds in the same process.
@@ -221,5 +230,150 @@ fn bench_versions(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench_point_get, bench_scan, bench_versions);
+fn bench_point_get_fresh(c: &mut Criterion) {
+    let mvcc = mvcc_engine();
+    let raw = raw_db();
+    let order = shuffled_keys();
+    let encoded: Vec<Key> = order.iter().map(|&i| Key::from_raw(&user_key(i))).collect();
+    let plain: Vec<Vec<u8>> = order.iter().map(|&i| user_key(i)).collect();
+    let read_ts = TimeStamp::new(100);
+    let get = |key: &Key| {
+        PointGetterBuilder::new(mvcc.latest(), read_ts)
+            .build()
+            .get(key)
+            .unwrap()
+            .unwrap()
+    };
+    let db = raw.raw_db();
+    let cf = db.cf_handle(Cf::Default.name()).unwrap();
+
+    let mut group = c.benchmark_group("point_get_fresh");
+    let mut i = 0;
+    group.bench_function("percolate_new_point_getter_per_read", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            black_box(get(&encoded[i]))
+        })
+    });
+    group.bench_function("raw_rocksdb_get", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            black_box(db.get_cf(cf, &plain[i]).unwrap().unwrap())
+        })
+    });
+    group.finish();
+
+    support::print_ratio(
+        "point_get_fresh percolate/raw (target >= 0.80)",
+        KEYS as u64,
+        15,
+        || {
+            for key in &encoded {
+                black_box(get(key));
+            }
+        },
+        || {
+            for key in &plain {
+                black_box(db.get_cf(cf, key).unwrap().unwrap());
+            }
+        },
+    );
+}
+
+/// The MVCC data of [`mvcc_engine`], then a lock put and deleted on every
+/// key (as prewrites and commits leave the lock CF), the tombstones left in
+/// the memtable.
+fn churned_engine() -> RocksEngine {
+    let engine = mvcc_engine();
+    let mut locks = WriteBatch::new();
+    let mut unlocks = WriteBatch::new();
+    for i in 0..KEYS {
+        let key = Key::from_raw(&user_key(i)).into_encoded();
+        locks.put(Cf::Lock, key.clone(), b"placeholder".to_vec());
+        unlocks.delete(Cf::Lock, key);
+    }
+    engine.write(&locks, WriteOptions::default()).unwrap();
+    engine.write(&unlocks, WriteOptions::default()).unwrap();
+    engine
+}
+
+const SHORT_SCAN: usize = 100;
+
+fn scan_mvcc_from(engine: &RocksEngine, start: usize) -> usize {
+    let mut scanner = ScannerBuilder::new(engine.snapshot(), TimeStamp::new(100))
+        .range(Some(Key::from_raw(&user_key(start))), None)
+        .build()
+        .unwrap();
+    let pairs = scanner.scan(SHORT_SCAN).unwrap();
+    black_box(&pairs);
+    pairs.len()
+}
+
+fn scan_raw_from(engine: &RocksEngine, start: usize) -> usize {
+    let db = engine.raw_db();
+    let cf = db.cf_handle(Cf::Default.name()).unwrap();
+    let mut it = db.raw_iterator_cf(cf);
+    it.seek(user_key(start));
+    let mut n = 0;
+    while let (Some(k), Some(v)) = (it.key(), it.value()) {
+        black_box((k.to_vec(), v.to_vec()));
+        n += 1;
+        if n == SHORT_SCAN {
+            break;
+        }
+        it.next();
+    }
+    n
+}
+
+fn bench_scan_after_churn(c: &mut Criterion) {
+    let mvcc = churned_engine();
+    let raw = raw_db();
+    let starts: Vec<usize> = shuffled_keys()
+        .into_iter()
+        .filter(|&i| i + SHORT_SCAN <= KEYS)
+        .take(1_000)
+        .collect();
+    assert_eq!(scan_mvcc_from(&mvcc, starts[0]), SHORT_SCAN);
+    assert_eq!(scan_raw_from(&raw, starts[0]), SHORT_SCAN);
+    let mut group = c.benchmark_group("scan_100_after_churn");
+    let mut i = 0;
+    group.bench_function("percolate_scanner", |b| {
+        b.iter(|| {
+            i = (i + 1) % starts.len();
+            scan_mvcc_from(&mvcc, starts[i])
+        })
+    });
+    group.bench_function("raw_rocksdb_iterator", |b| {
+        b.iter(|| {
+            i = (i + 1) % starts.len();
+            scan_raw_from(&raw, starts[i])
+        })
+    });
+    group.finish();
+    support::print_ratio(
+        "scan_100_after_churn percolate/raw (target >= 0.60)",
+        starts.len() as u64,
+        15,
+        || {
+            for &start in &starts {
+                scan_mvcc_from(&mvcc, start);
+            }
+        },
+        || {
+            for &start in &starts {
+                scan_raw_from(&raw, start);
+            }
+        },
+    );
+}
+
+criterion_group!(
+    benches,
+    bench_point_get,
+    bench_point_get_fresh,
+    bench_scan,
+    bench_scan_after_churn,
+    bench_versions
+);
 criterion_main!(benches);

@@ -888,6 +888,137 @@ fn damaged_records_are_errors<E: Engine>(f: MvccFixture<E>) {
     assert!(err.is_corruption());
 }
 
+/// Scans read their range in chunks (a chunk of keys from the write CF,
+/// then the locks of the key range it spans): on a range of 300 keys,
+/// longer than several chunks, with committed versions, deletes, locks of
+/// every kind on keys with and without data, and lock tombstones left by
+/// released locks, every scan (both directions, several ranges and
+/// limits, several read timestamps) returns exactly what point gets of
+/// each key in the range say, in order.
+fn scans_agree_with_point_gets_across_chunks<E: Engine>(f: MvccFixture<E>) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20261123);
+    let key = |i: usize| format!("k{i:04}").into_bytes();
+    const KEYS: usize = 300;
+    let mut next_ts = 10;
+    for i in 0..KEYS {
+        let k = key(i);
+        for _ in 0..rng.random_range(0..3) {
+            let (start, commit) = (next_ts, next_ts + 1);
+            next_ts += 2;
+            if rng.random_bool(0.8) {
+                let value = format!("v{i}-{start}");
+                f.put_committed(&k, value.as_bytes(), start, commit);
+            } else {
+                f.delete_committed(&k, start, commit);
+            }
+        }
+        // A lock released by a rollback: a tombstone in the lock CF.
+        if rng.random_bool(0.3) {
+            f.prewrite_put(&k, b"rolled back", &k, next_ts);
+            f.rollback(&k, next_ts, RollbackProtection::Protected);
+            next_ts += 2;
+        }
+    }
+    for i in 0..KEYS {
+        if rng.random_bool(0.15) {
+            let k = key(i);
+            let start = rng.random_range(10..next_ts + 10);
+            match rng.random_range(0..4) {
+                0 => f.prewrite_put(&k, b"pending", &k, start),
+                1 => f.prewrite_delete(&k, &k, start),
+                2 => f.prewrite_lock_only(&k, &k, start),
+                _ => f.put_lock(&k, pessimistic_lock(&k, start, start), None),
+            }
+        }
+    }
+    let point = |i: usize, read_ts: u64| -> Option<String> {
+        match get_with(&f, &key(i), read_ts, |b| b) {
+            Ok(Some(v)) => Some(format!(
+                "{}={}",
+                Key::from_raw(&key(i)),
+                String::from_utf8_lossy(&v)
+            )),
+            Ok(None) => None,
+            Err(Error::KeyIsLocked(info)) => Some(format!(
+                "{}=locked@{}",
+                String::from_utf8_lossy(&info.key),
+                info.lock_version
+            )),
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    };
+    for read_ts in [next_ts / 3, next_ts / 2, next_ts + 100] {
+        let expected: Vec<String> = (0..KEYS).filter_map(|i| point(i, read_ts)).collect();
+        // The data is what the test means it to be: many readable keys,
+        // and at the newest read ts, keys locked by pending transactions.
+        assert!(expected.len() > 40, "{} entries", expected.len());
+        if read_ts > next_ts {
+            let locked = expected.iter().filter(|e| e.contains("=locked@")).count();
+            assert!(locked > 10, "{locked} locked entries");
+        }
+        for (lo, hi) in [(0, KEYS), (17, 250), (100, 101), (299, 300)] {
+            let in_range: Vec<String> = (lo..hi).filter_map(|i| point(i, read_ts)).collect();
+            for reverse in [false, true] {
+                for limit in [0, 1, 15, 16, 17, 40, 1000] {
+                    let lower = (lo > 0).then(|| Key::from_raw(&key(lo)));
+                    let upper = (hi < KEYS).then(|| Key::from_raw(&key(hi)));
+                    let got: Vec<String> = f
+                        .scanner(ts(read_ts))
+                        .range(lower, upper)
+                        .reverse(reverse)
+                        .build()
+                        .unwrap()
+                        .scan(limit)
+                        .unwrap()
+                        .into_iter()
+                        .map(|entry| match entry {
+                            Ok((key, value)) => {
+                                format!("{key}={}", String::from_utf8_lossy(&value))
+                            }
+                            Err(Error::KeyIsLocked(info)) => format!(
+                                "{}=locked@{}",
+                                String::from_utf8_lossy(&info.key),
+                                info.lock_version
+                            ),
+                            Err(e) => panic!("unexpected per-key error {e}"),
+                        })
+                        .collect();
+                    let mut want = in_range.clone();
+                    if reverse {
+                        want.reverse();
+                    }
+                    if limit > 0 {
+                        want.truncate(limit);
+                    }
+                    assert_eq!(
+                        got, want,
+                        "read_ts {read_ts}, range {lo}..{hi}, reverse {reverse}, limit {limit}"
+                    );
+                }
+            }
+        }
+        // Streaming with `next` (chunks sized without a limit) agrees too.
+        let mut scanner = f.scanner(ts(read_ts)).build().unwrap();
+        let mut streamed = Vec::new();
+        loop {
+            match scanner.next() {
+                Ok(Some((key, value))) => {
+                    streamed.push(format!("{key}={}", String::from_utf8_lossy(&value)))
+                }
+                Ok(None) => break,
+                Err(Error::KeyIsLocked(info)) => streamed.push(format!(
+                    "{}=locked@{}",
+                    String::from_utf8_lossy(&info.key),
+                    info.lock_version
+                )),
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        assert_eq!(streamed, expected, "streamed at read_ts {read_ts}");
+    }
+}
+
 on_both_engines!(
     MvccFixture;
     a1_empty_key_and_rollback_are_invisible,
@@ -917,4 +1048,5 @@ on_both_engines!(
     point_get_costs_one_write_cf_lookup,
     scan_many_versions,
     damaged_records_are_errors,
+    scans_agree_with_point_gets_across_chunks,
 );

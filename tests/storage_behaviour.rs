@@ -112,6 +112,10 @@ impl<E: Engine> Engine for GatedEngine<E> {
         self.inner.snapshot()
     }
 
+    fn latest(&self) -> E::Snap {
+        self.inner.latest()
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate::engine::Result<()> {
         let hold = self.hold.lock().unwrap().take();
         if let Some(hold) = hold {

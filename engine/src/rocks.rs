@@ -81,6 +81,10 @@ impl Default for RocksOptions {
 #[derive(Clone)]
 pub struct RocksEngine {
     inner: Arc<Inner>,
+    /// Idle write-CF cursors of [`Engine::latest`] views. Kept beside the
+    /// database rather than in it: a pooled cursor holds the database open,
+    /// so the pool must go when the last engine handle (or view) does.
+    cursors: Arc<CursorPool>,
 }
 
 /// Invariant: `db` is declared before `temp_dir`, so it is closed before a
@@ -88,6 +92,8 @@ pub struct RocksEngine {
 struct Inner {
     db: DB,
     path: PathBuf,
+    /// Read options of point reads at the latest data (no snapshot).
+    latest_read: ReadOptions,
     /// Held only to be removed on drop.
     _temp_dir: Option<tempfile::TempDir>,
 }
@@ -158,8 +164,10 @@ impl RocksEngine {
             inner: Arc::new(Inner {
                 db,
                 path,
+                latest_read: ReadOptions::default(),
                 _temp_dir: temp_dir,
             }),
+            cursors: Arc::new(CursorPool::new()),
         })
     }
 
@@ -174,11 +182,14 @@ impl RocksEngine {
         &self.inner.db
     }
 
-    /// Flushes every memtable to SST files and waits for it.
+    /// Flushes every memtable to SST files and waits for it. Also drops
+    /// the idle cursors of [`Engine::latest`] views, which would otherwise
+    /// keep the flushed memtables in memory until their next use.
     pub fn flush(&self) -> Result<()> {
         for cf in Cf::ALL {
             self.inner.db.flush_cf(handle(&self.inner.db, cf)?)?;
         }
+        self.cursors.clear();
         Ok(())
     }
 }
@@ -279,15 +290,26 @@ impl Engine for RocksEngine {
 
     fn snapshot(&self) -> RocksSnapshot {
         RocksSnapshot {
-            cell: Arc::new(SnapshotCell::new(self.inner.clone(), |inner| {
+            view: View::Pinned(Arc::new(SnapshotCell::new(self.inner.clone(), |inner| {
                 let snapshot = inner.db.snapshot();
                 let mut point_read = ReadOptions::default();
                 point_read.set_snapshot(&snapshot);
                 SnapshotParts {
-                    point_read: Mutex::new(point_read),
+                    point_read,
                     snapshot,
                 }
-            })),
+            }))),
+        }
+    }
+
+    /// No RocksDB snapshot: gets read the latest data, and write-CF cursors
+    /// in prefix mode come from a pool and are refreshed to the latest data
+    /// (RocksDB's `Iterator::Refresh`, which only moves the read sequence
+    /// number while no flush or compaction has changed the files) instead of
+    /// being built anew for each point read.
+    fn latest(&self) -> RocksSnapshot {
+        RocksSnapshot {
+            view: View::Latest(self.inner.clone(), self.cursors.clone()),
         }
     }
 
@@ -341,7 +363,7 @@ fn rocks_batch_size(batch: &WriteBatch) -> usize {
 /// and dropped before the snapshot is released.
 struct SnapshotParts<'a> {
     /// Read options pinned to `snapshot`, made once instead of per get.
-    point_read: Mutex<ReadOptions>,
+    point_read: ReadOptions,
     snapshot: SnapshotWithThreadMode<'a, DB>,
 }
 
@@ -355,85 +377,225 @@ self_cell::self_cell!(
     }
 );
 
-/// A consistent view of a [`RocksEngine`]. Cloning is cheap.
+/// A view of a [`RocksEngine`]: a snapshot ([`Engine::snapshot`]) or the
+/// latest data ([`Engine::latest`]). Cloning is cheap and gives the same
+/// view.
 #[derive(Clone)]
 pub struct RocksSnapshot {
-    cell: Arc<SnapshotCell>,
+    view: View,
+}
+
+#[derive(Clone)]
+enum View {
+    /// A RocksDB snapshot.
+    Pinned(Arc<SnapshotCell>),
+    /// The latest data, and the pool its write-CF cursors come from.
+    Latest(Arc<Inner>, Arc<CursorPool>),
 }
 
 impl std::fmt::Debug for RocksSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RocksSnapshot").finish_non_exhaustive()
+        let kind = match self.view {
+            View::Pinned(_) => "snapshot",
+            View::Latest(..) => "latest",
+        };
+        f.debug_struct("RocksSnapshot")
+            .field("view", &kind)
+            .finish_non_exhaustive()
     }
 }
 
 impl RocksSnapshot {
     fn db(&self) -> &DB {
-        &self.cell.borrow_owner().db
+        match &self.view {
+            View::Pinned(cell) => &cell.borrow_owner().db,
+            View::Latest(inner, _) => &inner.db,
+        }
     }
+}
+
+/// The read options of an iterator with `options`.
+fn iter_read_options(options: &IterOptions) -> ReadOptions {
+    let mut read = ReadOptions::default();
+    read.set_iterate_lower_bound(match &options.lower_bound {
+        Some(lower) => data_key(lower),
+        None => vec![DATA_PREFIX],
+    });
+    read.set_iterate_upper_bound(match &options.upper_bound {
+        Some(upper) => data_key(upper),
+        None => vec![DATA_END],
+    });
+    read.fill_cache(options.fill_cache);
+    if let Some(limit) = options.max_skipped {
+        // RocksDB reads 0 as "no limit": a limit of 0 becomes 1.
+        read.set_max_skippable_internal_keys(limit.max(1));
+    }
+    match options.seek_mode {
+        SeekMode::TotalOrder => read.set_total_order_seek(true),
+        SeekMode::Prefix => read.set_prefix_same_as_start(true),
+    }
+    read
+}
+
+/// Whether a latest view's cursor with `options` is of the kind the pool
+/// keeps: the write-CF point-read cursor (prefix mode, no bounds, no skip
+/// limit, filling the cache), which every point read opens.
+fn pooled_kind(cf: Cf, options: &IterOptions) -> bool {
+    cf == Cf::Write
+        && options.seek_mode == SeekMode::Prefix
+        && options.lower_bound.is_none()
+        && options.upper_bound.is_none()
+        && options.max_skipped.is_none()
+        && options.fill_cache
 }
 
 impl Snapshot for RocksSnapshot {
     type Iter = RocksIterator;
 
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let handle = handle(self.db(), cf)?;
-        let read = self.cell.borrow_dependent().point_read.lock();
-        let value = self.db().get_pinned_cf_opt(handle, data_key(key), &read)?;
+        let db = self.db();
+        let handle = handle(db, cf)?;
+        let read = match &self.view {
+            View::Pinned(cell) => &cell.borrow_dependent().point_read,
+            View::Latest(inner, _) => &inner.latest_read,
+        };
+        let value = db.get_pinned_cf_opt(handle, data_key(key), read)?;
         Ok(value.map(|v| v.to_vec()))
     }
 
     fn iter(&self, cf: Cf, options: IterOptions) -> Result<RocksIterator> {
-        let mut read = ReadOptions::default();
-        read.set_iterate_lower_bound(match &options.lower_bound {
-            Some(lower) => data_key(lower),
-            None => vec![DATA_PREFIX],
-        });
-        read.set_iterate_upper_bound(match &options.upper_bound {
-            Some(upper) => data_key(upper),
-            None => vec![DATA_END],
-        });
-        read.fill_cache(options.fill_cache);
-        if let Some(limit) = options.max_skipped {
-            // RocksDB reads 0 as "no limit": a limit of 0 becomes 1.
-            read.set_max_skippable_internal_keys(limit.max(1));
-        }
-        match options.seek_mode {
-            SeekMode::TotalOrder => read.set_total_order_seek(true),
-            SeekMode::Prefix => read.set_prefix_same_as_start(true),
-        }
-        let cell = IterCell::try_new(self.clone(), |snapshot| {
-            let handle = handle(snapshot.db(), cf)?;
-            Ok::<_, Error>(
-                snapshot
-                    .cell
-                    .borrow_dependent()
-                    .snapshot
-                    .raw_iterator_cf_opt(handle, read),
-            )
-        })?;
+        let (cell, pool) = match &self.view {
+            View::Pinned(cell) => (
+                IterCell::open(IterSource::Snapshot(cell.clone()), cf, &options)?,
+                None,
+            ),
+            View::Latest(inner, pool) if pooled_kind(cf, &options) => {
+                let cell = match pool.take() {
+                    Some(mut cell) => match cell.with_dependent_mut(|_, it| it.refresh()) {
+                        Ok(()) => cell,
+                        // Build a new one instead.
+                        Err(_) => IterCell::open(IterSource::Latest(inner.clone()), cf, &options)?,
+                    },
+                    None => IterCell::open(IterSource::Latest(inner.clone()), cf, &options)?,
+                };
+                (cell, Some(pool.clone()))
+            }
+            View::Latest(inner, _) => (
+                IterCell::open(IterSource::Latest(inner.clone()), cf, &options)?,
+                None,
+            ),
+        };
         Ok(RocksIterator {
-            cell,
+            cell: Some(cell),
+            pool,
             target: Vec::new(),
             valid: false,
         })
     }
 }
 
+/// What an iterator reads and keeps alive.
+enum IterSource {
+    /// A snapshot.
+    Snapshot(Arc<SnapshotCell>),
+    /// The latest data of the database.
+    Latest(Arc<Inner>),
+}
+
 type DbIterator<'a> = DBRawIteratorWithThreadMode<'a, DB>;
 
 self_cell::self_cell!(
-    /// A raw RocksDB iterator together with the snapshot it reads.
+    /// A raw RocksDB iterator together with what it reads.
     struct IterCell {
-        owner: RocksSnapshot,
+        owner: IterSource,
         #[covariant]
         dependent: DbIterator,
     }
 );
 
+impl IterCell {
+    fn open(source: IterSource, cf: Cf, options: &IterOptions) -> Result<IterCell> {
+        let read = iter_read_options(options);
+        IterCell::try_new(source, |source| {
+            Ok::<_, Error>(match source {
+                IterSource::Snapshot(cell) => {
+                    let handle = handle(&cell.borrow_owner().db, cf)?;
+                    cell.borrow_dependent()
+                        .snapshot
+                        .raw_iterator_cf_opt(handle, read)
+                }
+                IterSource::Latest(inner) => {
+                    let handle = handle(&inner.db, cf)?;
+                    inner.db.raw_iterator_cf_opt(handle, read)
+                }
+            })
+        })
+    }
+}
+
+/// Idle write-CF cursors of latest views, for the next point read to
+/// refresh instead of building its own.
+///
+/// Sharded by thread, so that threads reading at once do not contend on
+/// one lock, and bounded: an idle cursor pins the memtables and files that
+/// were current when it was last used (RocksDB frees them when it is next
+/// refreshed or dropped), so the pool keeps few. [`RocksEngine::flush`]
+/// empties it.
+struct CursorPool {
+    shards: Box<[Mutex<Vec<IterCell>>]>,
+}
+
+/// Idle cursors one shard keeps.
+const CURSORS_PER_SHARD: usize = 2;
+
+impl CursorPool {
+    fn new() -> Self {
+        let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+        CursorPool {
+            shards: (0..threads.clamp(2, 64))
+                .map(|_| Mutex::default())
+                .collect(),
+        }
+    }
+
+    fn shard(&self) -> &Mutex<Vec<IterCell>> {
+        &self.shards[thread_slot() % self.shards.len()]
+    }
+
+    fn take(&self) -> Option<IterCell> {
+        self.shard().lock().pop()
+    }
+
+    fn put(&self, cell: IterCell) {
+        let mut shard = self.shard().lock();
+        if shard.len() < CURSORS_PER_SHARD {
+            shard.push(cell);
+        }
+    }
+
+    fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().clear();
+        }
+    }
+}
+
+/// A small number that tells this thread from the others.
+fn thread_slot() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.with(|slot| *slot)
+}
+
 /// An iterator over a [`RocksSnapshot`].
 pub struct RocksIterator {
-    cell: IterCell,
+    /// Always `Some` until dropped.
+    cell: Option<IterCell>,
+    /// Where the cursor goes back when dropped, for a pooled one.
+    pool: Option<Arc<CursorPool>>,
     /// Scratch buffer for `z + seek target`.
     target: Vec<u8>,
     /// Whether the cursor rests on a key, as of its last move. Cached: the
@@ -441,7 +603,27 @@ pub struct RocksIterator {
     valid: bool,
 }
 
+impl Drop for RocksIterator {
+    fn drop(&mut self) {
+        if let (Some(pool), Some(cell)) = (&self.pool, self.cell.take()) {
+            pool.put(cell);
+        }
+    }
+}
+
 impl RocksIterator {
+    fn cell(&self) -> &IterCell {
+        self.cell
+            .as_ref()
+            .expect("an iterator holds its cell until dropped")
+    }
+
+    fn cell_mut(&mut self) -> &mut IterCell {
+        self.cell
+            .as_mut()
+            .expect("an iterator holds its cell until dropped")
+    }
+
     fn set_target(&mut self, key: &[u8]) {
         self.target.clear();
         self.target.push(DATA_PREFIX);
@@ -452,7 +634,11 @@ impl RocksIterator {
     /// cursor reports the error that stopped it, if any. (A valid cursor
     /// has no error, so the common case costs one call.)
     fn status(&mut self) -> Result<bool> {
-        let it = self.cell.borrow_dependent();
+        let it = self
+            .cell
+            .as_ref()
+            .expect("an iterator holds its cell until dropped")
+            .borrow_dependent();
         self.valid = it.valid();
         if !self.valid {
             it.status().map_err(|e| match e.kind() {
@@ -467,26 +653,29 @@ impl RocksIterator {
 impl EngineIterator for RocksIterator {
     fn seek(&mut self, key: &[u8]) -> Result<bool> {
         self.set_target(key);
-        let target = &self.target;
-        self.cell.with_dependent_mut(|_, it| it.seek(target));
+        let (cell, target) = (self.cell.as_mut(), &self.target);
+        cell.expect("an iterator holds its cell until dropped")
+            .with_dependent_mut(|_, it| it.seek(target));
         self.status()
     }
 
     fn seek_for_prev(&mut self, key: &[u8]) -> Result<bool> {
         self.set_target(key);
-        let target = &self.target;
-        self.cell
+        let (cell, target) = (self.cell.as_mut(), &self.target);
+        cell.expect("an iterator holds its cell until dropped")
             .with_dependent_mut(|_, it| it.seek_for_prev(target));
         self.status()
     }
 
     fn seek_to_first(&mut self) -> Result<bool> {
-        self.cell.with_dependent_mut(|_, it| it.seek_to_first());
+        self.cell_mut()
+            .with_dependent_mut(|_, it| it.seek_to_first());
         self.status()
     }
 
     fn seek_to_last(&mut self) -> Result<bool> {
-        self.cell.with_dependent_mut(|_, it| it.seek_to_last());
+        self.cell_mut()
+            .with_dependent_mut(|_, it| it.seek_to_last());
         self.status()
     }
 
@@ -494,7 +683,7 @@ impl EngineIterator for RocksIterator {
         if !self.valid {
             return Ok(false);
         }
-        self.cell.with_dependent_mut(|_, it| it.next());
+        self.cell_mut().with_dependent_mut(|_, it| it.next());
         self.status()
     }
 
@@ -502,7 +691,7 @@ impl EngineIterator for RocksIterator {
         if !self.valid {
             return Ok(false);
         }
-        self.cell.with_dependent_mut(|_, it| it.prev());
+        self.cell_mut().with_dependent_mut(|_, it| it.prev());
         self.status()
     }
 
@@ -515,7 +704,7 @@ impl EngineIterator for RocksIterator {
             return &[];
         }
         // Stored keys always carry the data prefix: strip it.
-        self.cell
+        self.cell()
             .borrow_dependent()
             .key()
             .and_then(|k| k.get(1..))
@@ -526,6 +715,6 @@ impl EngineIterator for RocksIterator {
         if !self.valid {
             return &[];
         }
-        self.cell.borrow_dependent().value().unwrap_or(&[])
+        self.cell().borrow_dependent().value().unwrap_or(&[])
     }
 }

@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -100,6 +100,10 @@ struct Inner {
     max_ts: AtomicU64,
     /// Invariant: an entry lives exactly as long as its [`KeyGuard`].
     table: Mutex<BTreeMap<Key, Arc<MemoryLock>>>,
+    /// The number of entries in `table`, stored while its mutex is held,
+    /// so that a reader who finds it zero can skip the mutex (see
+    /// [`ConcurrencyManager::read_key_check`]).
+    entries: AtomicUsize,
     limit: Option<MaxTsLimit>,
     /// The last bound `limit` gave (0: not asked yet). Only grows.
     cached_limit: AtomicU64,
@@ -140,6 +144,10 @@ impl Drop for KeyGuard {
             .is_some_and(|h| Arc::ptr_eq(h, &self.handle))
         {
             table.remove(&self.key);
+            self.manager
+                .inner
+                .entries
+                .store(table.len(), Ordering::SeqCst);
         }
     }
 }
@@ -185,6 +193,7 @@ impl ConcurrencyManager {
             inner: Arc::new(Inner {
                 max_ts: AtomicU64::new(latest_ts.into_inner()),
                 table: Mutex::default(),
+                entries: AtomicUsize::new(0),
                 limit,
                 cached_limit: AtomicU64::new(0),
             }),
@@ -238,7 +247,8 @@ impl ConcurrencyManager {
         keys.sort_unstable();
         keys.dedup();
         let mut table = self.inner.table.lock();
-        keys.into_iter()
+        let guards = keys
+            .into_iter()
             .map(|key| {
                 let handle = Arc::new(MemoryLock::default());
                 table.insert(key.clone(), handle.clone());
@@ -248,7 +258,21 @@ impl ConcurrencyManager {
                     handle,
                 }
             })
-            .collect()
+            .collect();
+        self.inner.entries.store(table.len(), Ordering::SeqCst);
+        guards
+    }
+
+    /// Whether the memory lock table is empty, read without its mutex.
+    ///
+    /// Sound for a reader that raised `max_ts` before asking (both are
+    /// sequentially consistent): a prewrite that puts its keys in the table
+    /// stores the new count before it reads `max_ts`, so either the reader
+    /// sees the count and takes the mutex (which the prewrite held while
+    /// inserting), or the prewrite's read of `max_ts` comes after the
+    /// reader's update and its commit_ts lands above the read.
+    fn is_empty(&self) -> bool {
+        self.inner.entries.load(Ordering::SeqCst) == 0
     }
 
     /// Takes the memory locks of `guards` exclusively (in key order) and
@@ -273,6 +297,9 @@ impl ConcurrencyManager {
         key: &Key,
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
+        if self.is_empty() {
+            return Ok(());
+        }
         let handle = self.inner.table.lock().get(key).cloned();
         match handle {
             Some(h) => match &*h.lock.lock() {
@@ -292,6 +319,9 @@ impl ConcurrencyManager {
         end: Option<&Key>,
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
+        if self.is_empty() {
+            return Ok(());
+        }
         let handles: Vec<(Key, Arc<MemoryLock>)> = {
             let table = self.inner.table.lock();
             let lower = start.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included);

@@ -5,9 +5,19 @@
 //! The order matters (see [`ConcurrencyManager`]): raising `max_ts` before
 //! looking at the memory locks guarantees that an async-commit or 1PC
 //! prewrite racing with this read either is seen here as a lock, or
-//! computes its commit_ts above this read's ts. The snapshot is taken only
+//! computes its commit_ts above this read's ts. The engine is read only
 //! after the check: a prewrite whose memory lock is already gone has
-//! written its locks, and the snapshot sees them.
+//! written its locks, and the read sees them.
+//!
+//! Point reads read the engine's latest data ([`Engine::latest`]) instead
+//! of a snapshot, key by key, lock first. That is enough: a commit at or
+//! below the read ts that the version lookup could see but a snapshot
+//! taken at the lock check could not belongs to a transaction whose lock
+//! the check found (and judged), since a transaction that prewrites a key
+//! after the check commits above the read ts (2PC takes its commit_ts from
+//! the oracle after its prewrites; async commit and 1PC compute it above
+//! `max_ts`, which this read raised first). Scans read their versions
+//! before their locks, so they keep a snapshot.
 
 use percolate_engine::Engine;
 use percolate_mvcc::reader::check_lock_blocks_read;
@@ -85,14 +95,14 @@ fn point_getter<E: Engine>(
     ts: TimeStamp,
     options: &ReadOptions,
 ) -> PointGetter<E::Snap> {
-    PointGetterBuilder::new(engine.snapshot(), ts)
+    PointGetterBuilder::new(engine.latest(), ts)
         .isolation_level(options.isolation_level)
         .bypass_locks(options.bypass_locks.clone())
         .access_locks(options.access_locks.clone())
         .build()
 }
 
-/// The values of `keys` at `ts`, from one snapshot: a pair per key that
+/// The values of `keys` at `ts`, each read as [`get`] reads: a pair per key that
 /// exists, in the order asked, and one `KeyIsLocked` entry per key locked
 /// in the lock CF. A blocking in-memory lock fails the whole request, as in
 /// [`scan`].

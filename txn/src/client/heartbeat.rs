@@ -7,7 +7,7 @@
 //! primary lock's TTL every third of the TTL.
 
 use std::collections::HashMap;
-use std::sync::Weak;
+use std::sync::{OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -20,7 +20,8 @@ use super::{Inner, key};
 /// The primary locks to keep alive, by start_ts.
 pub(crate) struct HeartBeats {
     shared: std::sync::Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Started by the first transaction to need it.
+    thread: OnceLock<JoinHandle<()>>,
     start: Box<dyn Fn(std::sync::Arc<Shared>) -> JoinHandle<()> + Send + Sync>,
 }
 
@@ -43,7 +44,7 @@ impl HeartBeats {
                 primaries: Mutex::default(),
                 wake: Condvar::new(),
             }),
-            thread: Mutex::new(None),
+            thread: OnceLock::new(),
             start: Box::new(move |shared| {
                 let client = client.clone();
                 std::thread::Builder::new()
@@ -61,10 +62,8 @@ impl HeartBeats {
             .lock()
             .primaries
             .insert(start_ts, primary);
-        let mut thread = self.thread.lock();
-        if thread.is_none() {
-            *thread = Some((self.start)(self.shared.clone()));
-        }
+        self.thread
+            .get_or_init(|| (self.start)(self.shared.clone()));
     }
 
     /// Stops keeping `start_ts`'s primary lock alive.
@@ -77,7 +76,7 @@ impl Drop for HeartBeats {
     fn drop(&mut self) {
         self.shared.primaries.lock().stop = true;
         self.shared.wake.notify_all();
-        if let Some(thread) = self.thread.get_mut().take() {
+        if let Some(thread) = self.thread.take() {
             if thread.thread().id() != std::thread::current().id() {
                 let _ = thread.join();
             }

@@ -316,6 +316,8 @@ struct Committer<'a, E: Engine> {
     /// Set once the transaction is committed (its commit point passed):
     /// from then on an error must not unlock anything.
     committed: bool,
+    /// Whether the primary lock is kept alive by heart beats.
+    heart_beating: bool,
 }
 
 impl<'a, E: Engine> Committer<'a, E> {
@@ -387,6 +389,7 @@ impl<'a, E: Engine> Committer<'a, E> {
             lock_ttl_ms,
             secondaries,
             committed: false,
+            heart_beating: false,
         }
     }
 
@@ -415,11 +418,15 @@ impl<'a, E: Engine> Committer<'a, E> {
     }
 
     fn run(mut self) -> Result<CommitInfo> {
-        self.client
-            .heartbeats
-            .keep_alive(self.start_ts, self.primary.clone());
+        // A 1PC prewrite leaves no lock behind unless it falls back to 2PC,
+        // and then the heart beats start (see `prewrite_and_commit`).
+        if self.protocol != CommitProtocol::OnePc {
+            self.keep_alive();
+        }
         let outcome = self.prewrite_and_commit();
-        self.client.heartbeats.stop(self.start_ts);
+        if self.heart_beating {
+            self.client.heartbeats.stop(self.start_ts);
+        }
         // A client dying at a fail point leaves its locks as they are.
         if let Err(e) = &outcome {
             if !self.committed && !crate::fail::is_death(e) {
@@ -448,6 +455,7 @@ impl<'a, E: Engine> Committer<'a, E> {
             }
             // Fell back to 2PC in the region: the locks are written.
             self.protocol = CommitProtocol::TwoPc;
+            self.keep_alive();
         }
         if self.protocol == CommitProtocol::AsyncCommit {
             let fell_back = results.iter().any(|r| r.min_commit_ts.is_zero());
@@ -506,6 +514,14 @@ impl<'a, E: Engine> Committer<'a, E> {
             commit_ts,
             protocol: CommitProtocol::TwoPc,
         })
+    }
+
+    /// Keeps the primary lock alive with heart beats until the commit ends.
+    fn keep_alive(&mut self) {
+        self.client
+            .heartbeats
+            .keep_alive(self.start_ts, self.primary.clone());
+        self.heart_beating = true;
     }
 
     /// Sends every batch at once and waits for all; batches blocked by other

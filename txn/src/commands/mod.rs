@@ -33,11 +33,16 @@ pub use self::write::{BatchRollback, Commit, Gc, TxnHeartBeat, Unlock};
 use crate::Result;
 use crate::concurrency_manager::{ConcurrencyManager, KeyGuard};
 
-/// What a write command works with: a snapshot taken after its latches were
-/// acquired, and the region's concurrency manager.
+/// What a write command works with: a view of the engine read after its
+/// latches were acquired, and the region's concurrency manager.
 #[derive(Debug)]
 pub struct WriteContext<'a, S> {
-    /// The snapshot to read.
+    /// The view to read: the engine's latest data
+    /// ([`Engine::latest`](percolate_engine::Engine::latest)). No other
+    /// command writes the keys this one holds latches on until it is done,
+    /// so for those keys it reads exactly what a snapshot would, without
+    /// the cost of pinning one; keys outside the latches may change between
+    /// two reads.
     pub snapshot: S,
     /// The region's `max_ts` and memory locks.
     pub cm: &'a ConcurrencyManager,

@@ -173,7 +173,7 @@ impl<E: Engine> Storage<E> {
         let job = Box::new(move |input: JobInput<'_, E>| {
             let outcome = match input {
                 JobInput::Run { engine, cm } => cmd.process(WriteContext {
-                    snapshot: engine.snapshot(),
+                    snapshot: engine.latest(),
                     cm,
                 }),
                 JobInput::Abort(e) => Err(e),

@@ -67,6 +67,10 @@ impl<E: Engine> Engine for FaultyEngine<E> {
         self.inner.snapshot()
     }
 
+    fn latest(&self) -> Self::Snap {
+        self.inner.latest()
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate_engine::Result<()> {
         drop(self.state.gate.lock());
         self.state.writes.fetch_add(1, Ordering::SeqCst);

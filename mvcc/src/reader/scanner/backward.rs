@@ -1,11 +1,10 @@
 //! The backward scanner.
 //!
-//! Invariant between calls: the write cursor rests on the last (oldest)
-//! record of the next user key to visit, or is invalid; the lock cursor rests
-//! on the next lock to visit, or is invalid. Records of one key sort newest
-//! first, so walking backwards meets them oldest first; instead of stepping
-//! through them, the scanner reads each key with a point lookup at the read
-//! ts and then seeks to just before the key.
+//! Invariant between chunks: the write cursor rests on the last (oldest)
+//! record of the next user key to visit, or is invalid. Records of one key
+//! sort newest first, so walking backwards meets them oldest first; instead
+//! of stepping through them, the scanner reads each key with a point lookup
+//! at the read ts and then seeks to just before the key.
 
 use percolate_engine::{EngineIterator, Snapshot};
 
@@ -24,45 +23,72 @@ impl<S: Snapshot> BackwardScanner<S> {
 
     /// See [`Scanner::next`](super::Scanner::next).
     pub fn next(&mut self) -> Result<Option<(Key, Vec<u8>)>> {
-        self.start()?;
-        while let Some(position) = self.core.next_position()? {
-            let key = position.key;
-            let value = match position.lock {
-                Err(e) => Err(e),
-                Ok(Some(lock)) => self.core.value_from_lock(&key, *lock),
-                Ok(None) if position.write_ts.is_some() => self.core.read_key_at_ts(&key),
-                Ok(None) => Ok(None),
+        self.core.next_entry()
+    }
+}
+
+impl<S: Snapshot> ScannerCore<S> {
+    /// Reads the next chunk going backward: the committed values of up to a
+    /// chunk's worth of user keys, then the locks from the last of these
+    /// keys (from the scan's start when the write cursor ran out) up to
+    /// where the last chunk ended, merged into the buffer.
+    pub(super) fn fill_backward(&mut self) -> Result<()> {
+        if !self.started {
+            self.started = true;
+            self.statistics.write.seek += 1;
+            self.write.seek_to_last()?;
+        }
+        let wanted = self.chunk_keys();
+        let mut chunk = Vec::with_capacity(wanted);
+        let mut failure = None;
+        while chunk.len() < wanted {
+            let user = match self.write_head() {
+                Ok(Some((user, _))) => user,
+                Ok(None) => break,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
             };
-            if position.write_ts.is_some() {
-                self.skip_before(&key)?;
+            let key = Key::from_encoded(user);
+            let committed = self.committed_at_ts(&key);
+            // The encoded key alone sorts before `key@ts` for every ts.
+            self.write_head = None;
+            self.statistics.write.seek += 1;
+            if let Err(e) = self.write.seek_for_prev(key.as_encoded()) {
+                failure = Some(e.into());
+                chunk.push((key, committed));
+                break;
             }
-            if let Some(value) = value? {
-                return Ok(Some((key, value)));
+            match committed {
+                Err(e) if !Self::is_per_key(&e) => {
+                    failure = Some(e);
+                    break;
+                }
+                committed => chunk.push((key, committed)),
             }
         }
-        Ok(None)
-    }
-
-    fn start(&mut self) -> Result<()> {
-        if self.core.started {
-            return Ok(());
+        // The locks of the keys read: from the last one, or from the start
+        // of the range when nothing is left to read.
+        let exhausted = failure.is_none() && chunk.len() < wanted;
+        let lower = match chunk.last() {
+            Some((last, _)) if !exhausted => Some(last.as_encoded().clone()),
+            _ if exhausted => None,
+            _ => self.resume.clone(),
+        };
+        let locks = if exhausted || !chunk.is_empty() {
+            self.locks_in(lower.clone(), self.resume.clone())?
+        } else {
+            Vec::new()
+        };
+        self.resume = lower;
+        self.merge(chunk, locks)?;
+        if let Some(e) = failure {
+            self.buffer.push_back(Err(e));
+            self.done = true;
+        } else if exhausted {
+            self.done = true;
         }
-        self.core.started = true;
-        self.core.statistics.write.seek += 1;
-        self.core.cursors.write.seek_to_last()?;
-        if let Some(lock) = &mut self.core.cursors.lock {
-            self.core.statistics.lock.seek += 1;
-            lock.seek_to_last()?;
-        }
-        Ok(())
-    }
-
-    /// Moves the write cursor to the last record before every version of
-    /// `key`: the encoded key alone sorts before `key@ts` for every ts.
-    fn skip_before(&mut self, key: &Key) -> Result<()> {
-        self.core.write_head = None;
-        self.core.statistics.write.seek += 1;
-        self.core.cursors.write.seek_for_prev(key.as_encoded())?;
         Ok(())
     }
 }

@@ -1,12 +1,11 @@
 //! The forward scanner.
 //!
-//! Invariant between calls: the write cursor rests on the first (newest)
-//! record of the next user key to visit, or is invalid; the lock cursor rests
-//! on the next lock to visit, or is invalid.
+//! Invariant between chunks: the write cursor rests on the first (newest)
+//! record of the next user key to visit, or is invalid.
 
 use percolate_engine::{Cf, EngineIterator, Snapshot};
 
-use super::{SEEK_BOUND, ScannerCore};
+use super::{Committed, SEEK_BOUND, ScannerCore};
 use crate::codec::encode_u64_desc;
 use crate::reader::mvcc_reader::{parse_version, split_stored_key};
 use crate::{Error, Key, Result, TimeStamp, WriteRef, WriteType};
@@ -14,6 +13,17 @@ use crate::{Error, Key, Result, TimeStamp, WriteRef, WriteType};
 /// Scans ascending keys. Built by [`ScannerBuilder`](super::ScannerBuilder).
 pub struct ForwardScanner<S: Snapshot> {
     pub(super) core: ScannerCore<S>,
+}
+
+impl<S: Snapshot> ForwardScanner<S> {
+    pub(super) fn new(core: ScannerCore<S>) -> Self {
+        ForwardScanner { core }
+    }
+
+    /// See [`Scanner::next`](super::Scanner::next).
+    pub fn next(&mut self) -> Result<Option<(Key, Vec<u8>)>> {
+        self.core.next_entry()
+    }
 }
 
 /// What the newest visible record of a key says.
@@ -26,80 +36,92 @@ enum Visible {
     Nothing,
 }
 
-impl<S: Snapshot> ForwardScanner<S> {
-    pub(super) fn new(core: ScannerCore<S>) -> Self {
-        ForwardScanner { core }
-    }
-
-    /// See [`Scanner::next`](super::Scanner::next).
-    pub fn next(&mut self) -> Result<Option<(Key, Vec<u8>)>> {
-        self.start()?;
-        while let Some(position) = self.core.next_position()? {
-            let key = position.key;
-            let value = match position.lock {
+impl<S: Snapshot> ScannerCore<S> {
+    /// Reads the next chunk going forward: the committed values of up to a
+    /// chunk's worth of user keys, then the locks from where the last chunk
+    /// ended up to the last of these keys (to the scan's end when the write
+    /// cursor ran out), merged into the buffer.
+    pub(super) fn fill_forward(&mut self) -> Result<()> {
+        if !self.started {
+            self.started = true;
+            self.statistics.write.seek += 1;
+            self.write.seek_to_first()?;
+        }
+        let wanted = self.chunk_keys();
+        let mut chunk = Vec::with_capacity(wanted);
+        let mut failure = None;
+        while chunk.len() < wanted {
+            let (user, first_ts) = match self.write_head() {
+                Ok(Some(head)) => head,
+                Ok(None) => break,
                 Err(e) => {
-                    if position.write_ts.is_some() {
-                        self.skip_rest_of(&key)?;
-                    }
-                    return Err(e);
+                    failure = Some(e);
+                    break;
                 }
-                Ok(Some(lock)) => {
-                    if position.write_ts.is_some() {
-                        self.skip_rest_of(&key)?;
-                    }
-                    self.core.value_from_lock(&key, *lock)?
-                }
-                Ok(None) => match position.write_ts {
-                    Some(first_ts) => self.read_key(&key, first_ts)?,
-                    None => None,
-                },
             };
-            if let Some(value) = value {
-                return Ok(Some((key, value)));
+            let key = Key::from_encoded(user);
+            match self.read_key(&key, first_ts) {
+                Err(e) if !Self::is_per_key(&e) => {
+                    failure = Some(e);
+                    break;
+                }
+                committed => chunk.push((key, committed)),
             }
         }
-        Ok(None)
-    }
-
-    fn start(&mut self) -> Result<()> {
-        if self.core.started {
-            return Ok(());
-        }
-        self.core.started = true;
-        self.core.statistics.write.seek += 1;
-        self.core.cursors.write.seek_to_first()?;
-        if let Some(lock) = &mut self.core.cursors.lock {
-            self.core.statistics.lock.seek += 1;
-            lock.seek_to_first()?;
+        // The locks of the keys read: up to just past the last one, or to
+        // the end of the range when nothing is left to read.
+        let exhausted = failure.is_none() && chunk.len() < wanted;
+        let upper = match chunk.last() {
+            Some((last, _)) if !exhausted => {
+                let mut past = last.as_encoded().clone();
+                past.push(0);
+                Some(past)
+            }
+            _ if exhausted => None,
+            // A failure before the first key: no lock to look at.
+            _ => self.resume.clone(),
+        };
+        let locks = if exhausted || !chunk.is_empty() {
+            self.locks_in(self.resume.clone(), upper.clone())?
+        } else {
+            Vec::new()
+        };
+        self.resume = upper;
+        self.merge(chunk, locks)?;
+        if let Some(e) = failure {
+            self.buffer.push_back(Err(e));
+            self.done = true;
+        } else if exhausted {
+            self.done = true;
         }
         Ok(())
     }
 
     fn step_write(&mut self) -> Result<bool> {
-        self.core.write_head = None;
-        self.core.statistics.write.next += 1;
-        Ok(self.core.cursors.write.next()?)
+        self.write_head = None;
+        self.statistics.write.next += 1;
+        Ok(self.write.next()?)
     }
 
     fn seek_write(&mut self, key: &Key, ts: TimeStamp) -> Result<bool> {
-        self.core.write_head = None;
-        self.core.statistics.write.seek += 1;
+        self.write_head = None;
+        self.statistics.write.seek += 1;
         let mut target = Vec::with_capacity(key.len() + 8);
         target.extend_from_slice(key.as_encoded());
         encode_u64_desc(&mut target, ts.into_inner());
-        Ok(self.core.cursors.write.seek(&target)?)
+        Ok(self.write.seek(&target)?)
     }
 
-    /// Reads the visible value of `key`, whose first record is under the
-    /// write cursor, and leaves the cursor on the next user key.
-    /// `first_ts` is the commit_ts of that first record, already read.
-    fn read_key(&mut self, key: &Key, first_ts: TimeStamp) -> Result<Option<Vec<u8>>> {
-        let ts = self.core.config.ts;
+    /// What the write CF says of `key`, whose first record is under the
+    /// write cursor; leaves the cursor on the next user key. `first_ts` is
+    /// the commit_ts of that first record, already read.
+    fn read_key(&mut self, key: &Key, first_ts: TimeStamp) -> Result<Committed> {
+        let ts = self.config.ts;
         let mut visible = Visible::Unknown;
         let mut steps = 0;
         let mut known_ts = Some(first_ts);
-        while self.core.cursors.write.valid()? {
-            let cursor = &self.core.cursors.write;
+        while self.write.valid()? {
+            let cursor = &self.write;
             let version = match known_ts.take() {
                 Some(commit_ts) => WriteRef::parse(cursor.value())
                     .map(|write| Some((commit_ts, write)))
@@ -110,11 +132,11 @@ impl<S: Snapshot> ForwardScanner<S> {
                 break;
             };
             if commit_ts > ts {
-                if let Err(e) = self.core.rc_check_ts_conflict(key, commit_ts, &write) {
+                if let Err(e) = self.rc_check_ts_conflict(key, commit_ts, &write) {
                     self.skip_rest_of(key)?;
                     return Err(e);
                 }
-                if steps >= SEEK_BOUND && !self.core.checks_newer_writes() {
+                if steps >= SEEK_BOUND && !self.checks_newer_writes() {
                     // Many versions above the read ts: jump over them.
                     self.seek_write(key, ts)?;
                     steps = 0;
@@ -138,14 +160,12 @@ impl<S: Snapshot> ForwardScanner<S> {
             }
         }
         self.skip_rest_of(key)?;
-        match visible {
-            Visible::Put(_, _) if self.core.config.key_only => Ok(Some(Vec::new())),
-            Visible::Put(Some(value), _) => Ok(Some(value)),
-            Visible::Put(None, start_ts) => {
-                self.core.reader.load_long_value(key, start_ts).map(Some)
-            }
-            Visible::Unknown | Visible::Nothing => Ok(None),
-        }
+        Ok(match visible {
+            Visible::Put(_, _) if self.config.key_only => Committed::Value(Vec::new()),
+            Visible::Put(Some(value), _) => Committed::Value(value),
+            Visible::Put(None, start_ts) => Committed::Long(start_ts),
+            Visible::Unknown | Visible::Nothing => Committed::Nothing,
+        })
     }
 
     /// Moves the write cursor past every remaining record of `key`.
@@ -169,7 +189,7 @@ impl<S: Snapshot> ForwardScanner<S> {
     /// Whether the write cursor rests on a record of `key`. When it rests
     /// on another key, that key is kept as the next position's head.
     fn on_key(&mut self, key: &Key) -> Result<bool> {
-        let cursor = &self.core.cursors.write;
+        let cursor = &self.write;
         if !cursor.valid()? {
             return Ok(false);
         }
@@ -177,7 +197,7 @@ impl<S: Snapshot> ForwardScanner<S> {
         if user == key.as_encoded().as_slice() {
             return Ok(true);
         }
-        self.core.write_head = Some((user.to_vec(), commit_ts));
+        self.write_head = Some((user.to_vec(), commit_ts));
         Ok(false)
     }
 }

@@ -1,16 +1,18 @@
 //! Range reads at one timestamp, forwards ([`forward`]) or backwards
 //! ([`backward`]).
 //!
-//! A scanner walks two cursors side by side: one over the lock CF and one
-//! over the write CF, both bounded by the user-key range. At each user key
-//! (the smaller of the two cursors' keys going forward, the larger going
-//! backward) it applies the lock rule, then finds the newest visible
-//! Put/Delete. A key locked by a pending transaction is reported as its own
-//! `KeyIsLocked` error and the scan goes on past it: a caller gets every
-//! readable pair plus the list of locks to resolve, in one pass.
+//! A scanner reads the write CF and the lock CF of its range in chunks (see
+//! `ScannerCore`): the newest visible Put/Delete of each user key, then
+//! the locks of the key range the chunk spans, merged by key, each lock
+//! judged by the lock rule. A key locked by a pending transaction is
+//! reported as its own `KeyIsLocked` error and the scan goes on past it: a
+//! caller gets every readable pair plus the list of locks to resolve, in
+//! one pass.
 
 mod backward;
 mod forward;
+
+use std::collections::VecDeque;
 
 use percolate_engine::{Cf, EngineIterator, IterOptions, Snapshot};
 
@@ -115,16 +117,7 @@ impl<S: Snapshot> ScannerBuilder<S> {
 
     /// The scanner.
     pub fn build(self) -> Result<Scanner<S>> {
-        let cursors = Cursors::new(&self.snapshot, &self.config)?;
-        let reader = MvccReader::new(self.snapshot).fill_cache(self.config.fill_cache);
-        let inner = ScannerCore {
-            config: self.config,
-            cursors,
-            reader,
-            statistics: Statistics::default(),
-            started: false,
-            write_head: None,
-        };
+        let inner = ScannerCore::new(self.snapshot, self.config)?;
         Ok(if inner.config.reverse {
             Scanner::Backward(BackwardScanner::new(inner))
         } else {
@@ -160,6 +153,8 @@ impl<S: Snapshot> Scanner<S> {
     pub fn scan(&mut self, limit: usize) -> Result<Vec<Result<KvPair>>> {
         let mut out = Vec::new();
         while limit == 0 || out.len() < limit {
+            // Read ahead no further than the limit asks.
+            self.core_mut().wanted = limit.saturating_sub(out.len());
             match self.next() {
                 Ok(Some(pair)) => out.push(Ok(pair)),
                 Ok(None) => break,
@@ -168,6 +163,13 @@ impl<S: Snapshot> Scanner<S> {
             }
         }
         Ok(out)
+    }
+
+    fn core_mut(&mut self) -> &mut ScannerCore<S> {
+        match self {
+            Scanner::Forward(s) => &mut s.core,
+            Scanner::Backward(s) => &mut s.core,
+        }
     }
 
     /// Engine operations made so far.
@@ -185,33 +187,45 @@ impl<S: Snapshot> Scanner<S> {
     }
 }
 
-/// The two cursors of a scan.
-struct Cursors<I> {
-    write: I,
-    /// `None` at RC: the lock CF is never read.
-    lock: Option<I>,
-}
+/// Keys a scanner reads ahead per chunk when its caller gave no hint (the
+/// first chunk; each next one doubles, up to [`MAX_CHUNK`]).
+const FIRST_CHUNK: usize = 16;
 
-impl<I: EngineIterator> Cursors<I> {
-    fn new<S: Snapshot<Iter = I>>(snapshot: &S, config: &ScanConfig) -> Result<Self> {
-        let mut options = IterOptions::new().fill_cache(config.fill_cache);
-        options.lower_bound = config.lower_bound.as_ref().map(|k| k.as_encoded().clone());
-        options.upper_bound = config.upper_bound.as_ref().map(|k| k.as_encoded().clone());
-        let lock = match config.policy.isolation_level {
-            IsolationLevel::Rc => None,
-            _ => Some(snapshot.iter(Cf::Lock, options.clone())?),
-        };
-        Ok(Cursors {
-            write: snapshot.iter(Cf::Write, options)?,
-            lock,
-        })
-    }
+/// The most user keys one chunk reads.
+const MAX_CHUNK: usize = 256;
+
+/// What the write CF says a key's value is at the read ts, before its lock
+/// is judged. A long value is only located, not loaded: a lock may decide
+/// that the committed value is not the one to return.
+enum Committed {
+    /// Deleted, never written at or below the read ts, or fenced off by GC.
+    Nothing,
+    /// An inlined value (empty in a key-only scan).
+    Value(Vec<u8>),
+    /// A long value in the default CF, written by this start_ts.
+    Long(TimeStamp),
 }
 
 /// State shared by both directions.
+///
+/// # Chunks
+///
+/// A scan reads its range in chunks. The write cursor visits up to a chunk's
+/// worth of user keys and finds each one's committed value; then one lock-CF
+/// cursor, bounded to exactly the key range those keys span, lists the
+/// locks there, and the two are merged: a key's lock, where it has one, is
+/// judged by the lock rule before its committed value counts. The merged
+/// entries wait in a buffer for [`Scanner::next`] to hand out.
+///
+/// The lock cursor's bounds are what make this cheap. A lock CF holds a
+/// tombstone for every lock a commit or rollback released, until compaction
+/// drops them; a cursor over the whole remaining range steps over every
+/// tombstone up to the next live lock, which for a short scan of a busy
+/// region means every tombstone to the region's end. Bounded by the chunk,
+/// it steps over the tombstones of the keys the scan reads anyway.
 struct ScannerCore<S: Snapshot> {
     config: ScanConfig,
-    cursors: Cursors<S::Iter>,
+    write: S::Iter,
     reader: MvccReader<S>,
     statistics: Statistics,
     started: bool,
@@ -219,99 +233,206 @@ struct ScannerCore<S: Snapshot> {
     /// already read it since the cursor last moved (so the next position
     /// need not read it again). Cleared by every move of the write cursor.
     write_head: Option<(Vec<u8>, TimeStamp)>,
-}
-
-/// The user keys under the two cursors.
-struct Heads {
-    /// The user key and commit_ts of the record under the write cursor.
-    write: Option<(Vec<u8>, TimeStamp)>,
-    lock: Option<Vec<u8>>,
-}
-
-/// The next user key a scan visits.
-struct Position {
-    key: Key,
-    /// The commit_ts of the record of `key` under the write cursor, if the
-    /// cursor rests on one.
-    write_ts: Option<TimeStamp>,
-    /// The verdict on `key`'s lock: `Ok(Some(lock))` to read an access
-    /// lock, `Ok(None)` to read committed data, `Err` when the lock blocks.
-    lock: Result<Option<Box<Lock>>>,
+    /// Entries merged but not handed out yet, in scan order.
+    buffer: VecDeque<Result<KvPair>>,
+    /// Where the next chunk's lock range starts (forward: its inclusive
+    /// lower bound; backward: its exclusive upper bound). `None`: the
+    /// scan's own bound.
+    resume: Option<Vec<u8>>,
+    /// Nothing is left to read: every chunk is merged, or a cursor failed.
+    done: bool,
+    /// Entries the caller still wants (0: no hint).
+    wanted: usize,
+    /// The size of the last chunk read without a hint.
+    last_chunk: usize,
 }
 
 impl<S: Snapshot> ScannerCore<S> {
-    /// The next user key in scan order (the smaller of the two cursors' keys
-    /// going forward, the larger going backward), with its lock judged and
-    /// the lock cursor moved past it.
-    fn next_position(&mut self) -> Result<Option<Position>> {
-        let Heads { write, lock } = self.heads()?;
-        let (current, write_ts, has_lock) = match (write, lock) {
-            (None, None) => return Ok(None),
-            (Some((w, ts)), None) => (w, Some(ts), false),
-            (None, Some(l)) => (l, None, true),
-            (Some((w, ts)), Some(l)) => match (w.cmp(&l), self.config.reverse) {
-                (std::cmp::Ordering::Equal, _) => (w, Some(ts), true),
-                (std::cmp::Ordering::Less, false) | (std::cmp::Ordering::Greater, true) => {
-                    (w, Some(ts), false)
-                }
-                _ => (l, None, true),
-            },
-        };
-        let key = Key::from_encoded(current);
-        let lock = if has_lock {
-            let checked = self.check_lock(&key);
-            self.step_lock()?;
-            checked
-        } else {
-            Ok(None)
-        };
-        Ok(Some(Position {
-            key,
-            write_ts,
-            lock,
-        }))
+    fn new(snapshot: S, config: ScanConfig) -> Result<Self> {
+        let mut options = IterOptions::new().fill_cache(config.fill_cache);
+        options.lower_bound = config.lower_bound.as_ref().map(|k| k.as_encoded().clone());
+        options.upper_bound = config.upper_bound.as_ref().map(|k| k.as_encoded().clone());
+        let write = snapshot.iter(Cf::Write, options)?;
+        Ok(ScannerCore {
+            reader: MvccReader::new(snapshot).fill_cache(config.fill_cache),
+            config,
+            write,
+            statistics: Statistics::default(),
+            started: false,
+            write_head: None,
+            buffer: VecDeque::new(),
+            resume: None,
+            done: false,
+            wanted: 0,
+            last_chunk: 0,
+        })
     }
 
-    fn step_lock(&mut self) -> Result<()> {
-        if let Some(lock) = &mut self.cursors.lock {
-            self.statistics.lock.next += 1;
-            if self.config.reverse {
-                lock.prev()?;
+    /// User keys the next chunk visits: what the caller still wants (plus
+    /// one, for a key that turns out deleted), or a doubling size.
+    fn chunk_keys(&mut self) -> usize {
+        if self.wanted > 0 {
+            return (self.wanted + 1).min(MAX_CHUNK);
+        }
+        self.last_chunk = if self.last_chunk == 0 {
+            FIRST_CHUNK
+        } else {
+            (self.last_chunk * 2).min(MAX_CHUNK)
+        };
+        self.last_chunk
+    }
+
+    /// The next entry: from the buffer, reading chunks while it is empty
+    /// and something is left. A failed chunk ends the scan.
+    fn next_entry(&mut self) -> Result<Option<KvPair>> {
+        loop {
+            if let Some(entry) = self.buffer.pop_front() {
+                return entry.map(Some);
+            }
+            if self.done {
+                return Ok(None);
+            }
+            let filled = if self.config.reverse {
+                self.fill_backward()
             } else {
-                lock.next()?;
+                self.fill_forward()
+            };
+            if let Err(e) = filled {
+                self.done = true;
+                return Err(e);
             }
         }
-        Ok(())
     }
 
-    fn heads(&mut self) -> Result<Heads> {
-        let write = if let Some(head) = self.write_head.take() {
-            Some(head)
-        } else if self.cursors.write.valid()? {
-            let stored = self.cursors.write.key();
-            let (user, commit_ts) = super::mvcc_reader::split_stored_key(Cf::Write, stored)?;
-            Some((user.to_vec(), commit_ts))
-        } else {
-            None
-        };
-        let lock = match &self.cursors.lock {
-            Some(cursor) if cursor.valid()? => Some(cursor.key().to_vec()),
-            _ => None,
-        };
-        Ok(Heads { write, lock })
-    }
-
-    /// Applies the lock rule to the lock under the lock cursor, which sits
-    /// on `key`. `Ok(Some(lock))` means: read this access lock's value.
-    fn check_lock(&self, key: &Key) -> Result<Option<Box<Lock>>> {
-        let Some(cursor) = &self.cursors.lock else {
+    /// The user key and commit_ts of the record under the write cursor.
+    fn write_head(&mut self) -> Result<Option<(Vec<u8>, TimeStamp)>> {
+        if let Some(head) = self.write_head.take() {
+            return Ok(Some(head));
+        }
+        if !self.write.valid()? {
             return Ok(None);
-        };
-        let lock = Lock::parse(cursor.value())
-            .map_err(|e| Error::corruption(Cf::Lock, cursor.key(), e))?;
+        }
+        let (user, commit_ts) = super::mvcc_reader::split_stored_key(Cf::Write, self.write.key())?;
+        Ok(Some((user.to_vec(), commit_ts)))
+    }
+
+    /// Every lock with a key in `[lower, upper)` (the scan's own bound where
+    /// `None`), in scan order, read through one cursor bounded to that
+    /// range. Nothing at RC, which never reads the lock CF.
+    fn locks_in(
+        &mut self,
+        lower: Option<Vec<u8>>,
+        upper: Option<Vec<u8>>,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if self.config.policy.isolation_level == IsolationLevel::Rc {
+            return Ok(Vec::new());
+        }
+        let mut options = IterOptions::new().fill_cache(self.config.fill_cache);
+        options.lower_bound = lower.or_else(|| {
+            self.config
+                .lower_bound
+                .as_ref()
+                .map(|k| k.as_encoded().clone())
+        });
+        options.upper_bound = upper.or_else(|| {
+            self.config
+                .upper_bound
+                .as_ref()
+                .map(|k| k.as_encoded().clone())
+        });
+        if let (Some(lower), Some(upper)) = (&options.lower_bound, &options.upper_bound) {
+            if lower >= upper {
+                return Ok(Vec::new());
+            }
+        }
+        let mut cursor = self.reader.snapshot().iter(Cf::Lock, options)?;
+        self.statistics.lock.seek += 1;
+        let mut locks = Vec::new();
+        let mut valid = cursor.seek_to_first()?;
+        while valid {
+            locks.push((cursor.key().to_vec(), cursor.value().to_vec()));
+            self.statistics.lock.next += 1;
+            valid = cursor.next()?;
+        }
+        if self.config.reverse {
+            locks.reverse();
+        }
+        Ok(locks)
+    }
+
+    /// Merges a chunk of user keys (in scan order, with what the write CF
+    /// says of each) with the locks of the range they span (in scan order)
+    /// into the buffer.
+    fn merge(
+        &mut self,
+        chunk: Vec<(Key, Result<Committed>)>,
+        locks: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()> {
+        let reverse = self.config.reverse;
+        let in_order = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
+        let mut keys = chunk.into_iter().peekable();
+        let mut locks = locks.into_iter().peekable();
+        loop {
+            let (key, committed, lock) = match (keys.peek(), locks.peek()) {
+                (None, None) => return Ok(()),
+                (Some((key, _)), Some((lock_key, _))) if key.as_encoded() == lock_key => {
+                    let (key, committed) = keys.next().expect("peeked");
+                    (key, Some(committed), locks.next().map(|(_, v)| v))
+                }
+                (Some((key, _)), Some((lock_key, _))) if in_order(lock_key, key.as_encoded()) => {
+                    let (lock_key, value) = locks.next().expect("peeked");
+                    (Key::from_encoded(lock_key), None, Some(value))
+                }
+                (Some(_), _) => {
+                    let (key, committed) = keys.next().expect("peeked");
+                    (key, Some(committed), None)
+                }
+                (None, Some(_)) => {
+                    let (lock_key, value) = locks.next().expect("peeked");
+                    (Key::from_encoded(lock_key), None, Some(value))
+                }
+            };
+            let entry = match lock {
+                Some(bytes) => match self.judge_lock(&key, &bytes) {
+                    Err(e) => Err(e),
+                    Ok(Some(lock)) => self.value_from_lock(&key, *lock),
+                    Ok(None) => self.committed_value(&key, committed),
+                },
+                None => self.committed_value(&key, committed),
+            };
+            match entry {
+                Ok(Some(value)) => self.buffer.push_back(Ok((key, value))),
+                Ok(None) => {}
+                Err(e) => self.buffer.push_back(Err(e)),
+            }
+        }
+    }
+
+    /// Applies the lock rule to `key`'s lock. `Ok(Some(lock))` means: read
+    /// this access lock's value.
+    fn judge_lock(&self, key: &Key, bytes: &[u8]) -> Result<Option<Box<Lock>>> {
+        let lock =
+            Lock::parse(bytes).map_err(|e| Error::corruption(Cf::Lock, key.as_encoded(), e))?;
         match check_lock_conflict(lock, key, self.config.ts, &self.config.policy)? {
             LockDecision::Ignore => Ok(None),
             LockDecision::ReadLock(lock) => Ok(Some(lock)),
+        }
+    }
+
+    /// The committed value the write CF gave for `key` (`None` when the key
+    /// has no record there: only a lock brought it into the scan).
+    fn committed_value(
+        &mut self,
+        key: &Key,
+        committed: Option<Result<Committed>>,
+    ) -> Result<Option<Vec<u8>>> {
+        match committed {
+            None | Some(Ok(Committed::Nothing)) => Ok(None),
+            Some(Ok(Committed::Value(value))) => Ok(Some(value)),
+            Some(Ok(Committed::Long(start_ts))) => {
+                self.reader.load_long_value(key, start_ts).map(Some)
+            }
+            Some(Err(e)) => Err(e),
         }
     }
 
@@ -355,8 +476,9 @@ impl<S: Snapshot> ScannerCore<S> {
         Ok(())
     }
 
-    /// The visible value of `key` by point lookup (used going backward).
-    fn read_key_at_ts(&mut self, key: &Key) -> Result<Option<Vec<u8>>> {
+    /// What the write CF says of `key` at the read ts, by point lookup
+    /// (used going backward).
+    fn committed_at_ts(&mut self, key: &Key) -> Result<Committed> {
         let ts = self.config.ts;
         check_rc_newer_write(
             &mut self.reader,
@@ -364,10 +486,19 @@ impl<S: Snapshot> ScannerCore<S> {
             ts,
             self.config.policy.isolation_level,
         )?;
-        match self.reader.get_write(key, ts, Some(ts))? {
-            Some(_) if self.config.key_only => Ok(Some(Vec::new())),
-            Some(write) => self.reader.load_data(key, write).map(Some),
-            None => Ok(None),
-        }
+        Ok(match self.reader.get_write(key, ts, Some(ts))? {
+            Some(_) if self.config.key_only => Committed::Value(Vec::new()),
+            Some(write) => match write.short_value {
+                Some(value) => Committed::Value(value),
+                None => Committed::Long(write.start_ts),
+            },
+            None => Committed::Nothing,
+        })
+    }
+
+    /// Whether `e` concerns one key only (the scan goes on past it), rather
+    /// than the state of the cursors.
+    fn is_per_key(e: &Error) -> bool {
+        matches!(e, Error::KeyIsLocked(_) | Error::WriteConflict { .. })
     }
 }
