@@ -8,7 +8,7 @@
 
 use percolate_engine::{EngineIterator, Snapshot};
 
-use super::ScannerCore;
+use super::{ChunkKey, Committed, Entry, ScannerCore};
 use crate::{Key, Result};
 
 /// Scans descending keys. Built by [`ScannerBuilder`](super::ScannerBuilder).
@@ -38,26 +38,28 @@ impl<S: Snapshot> ScannerCore<S> {
             self.statistics.write.seek += 1;
             self.write.seek_to_last()?;
         }
+        self.arena.clear();
         let wanted = self.chunk_keys();
-        let mut chunk = Vec::with_capacity(wanted);
+        let mut chunk = std::mem::take(&mut self.chunk);
+        chunk.clear();
         let mut failure = None;
         while chunk.len() < wanted {
-            let user = match self.write_head() {
-                Ok(Some((user, _))) => user,
+            let key = match Self::write_head(&self.write) {
+                Ok(Some((user, _))) => Self::stash(&mut self.arena, user),
                 Ok(None) => break,
                 Err(e) => {
                     failure = Some(e);
                     break;
                 }
             };
-            let key = Key::from_encoded(user);
-            let committed = self.committed_at_ts(&key);
+            let user = self.take_scratch(key.clone());
+            let committed = self.committed_at_ts(&user);
             // The encoded key alone sorts before `key@ts` for every ts.
-            self.write_head = None;
             self.statistics.write.seek += 1;
-            if let Err(e) = self.write.seek_for_prev(key.as_encoded()) {
+            let moved = self.write.seek_for_prev(user.as_encoded());
+            self.scratch = user;
+            if let Err(e) = moved {
                 failure = Some(e.into());
-                chunk.push((key, committed));
                 break;
             }
             match committed {
@@ -65,14 +67,18 @@ impl<S: Snapshot> ScannerCore<S> {
                     failure = Some(e);
                     break;
                 }
-                committed => chunk.push((key, committed)),
+                Err(e) => chunk.push(ChunkKey {
+                    key,
+                    committed: Committed::Failed(Box::new(e)),
+                }),
+                Ok(committed) => chunk.push(ChunkKey { key, committed }),
             }
         }
         // The locks of the keys read: from the last one, or from the start
         // of the range when nothing is left to read.
         let exhausted = failure.is_none() && chunk.len() < wanted;
         let lower = match chunk.last() {
-            Some((last, _)) if !exhausted => Some(last.as_encoded().clone()),
+            Some(last) if !exhausted => Some(self.arena[last.key.clone()].to_vec()),
             _ if exhausted => None,
             _ => self.resume.clone(),
         };
@@ -84,7 +90,7 @@ impl<S: Snapshot> ScannerCore<S> {
         self.resume = lower;
         self.merge(chunk, locks)?;
         if let Some(e) = failure {
-            self.buffer.push_back(Err(e));
+            self.buffer.push_back(Entry::Failed(Box::new(e)));
             self.done = true;
         } else if exhausted {
             self.done = true;

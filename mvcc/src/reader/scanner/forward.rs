@@ -5,7 +5,7 @@
 
 use percolate_engine::{Cf, EngineIterator, Snapshot};
 
-use super::{Committed, SEEK_BOUND, ScannerCore};
+use super::{ChunkKey, Committed, Entry, SEEK_BOUND, ScannerCore, Span};
 use crate::codec::encode_u64_desc;
 use crate::reader::mvcc_reader::{parse_version, split_stored_key};
 use crate::{Error, Key, Result, TimeStamp, WriteRef, WriteType};
@@ -30,8 +30,8 @@ impl<S: Snapshot> ForwardScanner<S> {
 enum Visible {
     /// Not decided yet (Lock/Rollback records so far).
     Unknown,
-    /// A Put: its short value (if inlined) and start_ts.
-    Put(Option<Vec<u8>>, TimeStamp),
+    /// A Put: its short value (if inlined, in the arena) and start_ts.
+    Put(Option<Span>, TimeStamp),
     /// A Delete, or a record fenced off by GC.
     Nothing,
 }
@@ -47,33 +47,41 @@ impl<S: Snapshot> ScannerCore<S> {
             self.statistics.write.seek += 1;
             self.write.seek_to_first()?;
         }
+        self.arena.clear();
         let wanted = self.chunk_keys();
-        let mut chunk = Vec::with_capacity(wanted);
+        let mut chunk = std::mem::take(&mut self.chunk);
+        chunk.clear();
         let mut failure = None;
         while chunk.len() < wanted {
-            let (user, first_ts) = match self.write_head() {
-                Ok(Some(head)) => head,
+            let (key, first_ts) = match Self::write_head(&self.write) {
+                Ok(Some((user, first_ts))) => (Self::stash(&mut self.arena, user), first_ts),
                 Ok(None) => break,
                 Err(e) => {
                     failure = Some(e);
                     break;
                 }
             };
-            let key = Key::from_encoded(user);
-            match self.read_key(&key, first_ts) {
+            let user = self.take_scratch(key.clone());
+            let committed = self.read_key(&user, first_ts);
+            self.scratch = user;
+            match committed {
                 Err(e) if !Self::is_per_key(&e) => {
                     failure = Some(e);
                     break;
                 }
-                committed => chunk.push((key, committed)),
+                Err(e) => chunk.push(ChunkKey {
+                    key,
+                    committed: Committed::Failed(Box::new(e)),
+                }),
+                Ok(committed) => chunk.push(ChunkKey { key, committed }),
             }
         }
         // The locks of the keys read: up to just past the last one, or to
         // the end of the range when nothing is left to read.
         let exhausted = failure.is_none() && chunk.len() < wanted;
         let upper = match chunk.last() {
-            Some((last, _)) if !exhausted => {
-                let mut past = last.as_encoded().clone();
+            Some(last) if !exhausted => {
+                let mut past = self.arena[last.key.clone()].to_vec();
                 past.push(0);
                 Some(past)
             }
@@ -89,7 +97,7 @@ impl<S: Snapshot> ScannerCore<S> {
         self.resume = upper;
         self.merge(chunk, locks)?;
         if let Some(e) = failure {
-            self.buffer.push_back(Err(e));
+            self.buffer.push_back(Entry::Failed(Box::new(e)));
             self.done = true;
         } else if exhausted {
             self.done = true;
@@ -98,13 +106,11 @@ impl<S: Snapshot> ScannerCore<S> {
     }
 
     fn step_write(&mut self) -> Result<bool> {
-        self.write_head = None;
         self.statistics.write.next += 1;
         Ok(self.write.next()?)
     }
 
     fn seek_write(&mut self, key: &Key, ts: TimeStamp) -> Result<bool> {
-        self.write_head = None;
         self.statistics.write.seek += 1;
         let mut target = Vec::with_capacity(key.len() + 8);
         target.extend_from_slice(key.as_encoded());
@@ -114,7 +120,8 @@ impl<S: Snapshot> ScannerCore<S> {
 
     /// What the write CF says of `key`, whose first record is under the
     /// write cursor; leaves the cursor on the next user key. `first_ts` is
-    /// the commit_ts of that first record, already read.
+    /// the commit_ts of that first record, already read. An inlined value
+    /// goes to the arena.
     fn read_key(&mut self, key: &Key, first_ts: TimeStamp) -> Result<Committed> {
         let ts = self.config.ts;
         let mut visible = Visible::Unknown;
@@ -147,7 +154,12 @@ impl<S: Snapshot> ScannerCore<S> {
             } else {
                 visible = match write.write_type {
                     WriteType::Put => {
-                        Visible::Put(write.short_value.map(<[u8]>::to_vec), write.start_ts)
+                        let value = match write.short_value {
+                            Some(_) if self.config.key_only => Some(0..0),
+                            Some(value) => Some(Self::stash(&mut self.arena, value)),
+                            None => None,
+                        };
+                        Visible::Put(value, write.start_ts)
                     }
                     WriteType::Delete => Visible::Nothing,
                     WriteType::Lock | WriteType::Rollback => Visible::Unknown,
@@ -161,7 +173,7 @@ impl<S: Snapshot> ScannerCore<S> {
         }
         self.skip_rest_of(key)?;
         Ok(match visible {
-            Visible::Put(_, _) if self.config.key_only => Committed::Value(Vec::new()),
+            Visible::Put(_, _) if self.config.key_only => Committed::Value(0..0),
             Visible::Put(Some(value), _) => Committed::Value(value),
             Visible::Put(None, start_ts) => Committed::Long(start_ts),
             Visible::Unknown | Visible::Nothing => Committed::Nothing,
@@ -186,18 +198,13 @@ impl<S: Snapshot> ScannerCore<S> {
         Ok(())
     }
 
-    /// Whether the write cursor rests on a record of `key`. When it rests
-    /// on another key, that key is kept as the next position's head.
+    /// Whether the write cursor rests on a record of `key`.
     fn on_key(&mut self, key: &Key) -> Result<bool> {
         let cursor = &self.write;
         if !cursor.valid()? {
             return Ok(false);
         }
-        let (user, commit_ts) = split_stored_key(Cf::Write, cursor.key())?;
-        if user == key.as_encoded().as_slice() {
-            return Ok(true);
-        }
-        self.write_head = Some((user.to_vec(), commit_ts));
-        Ok(false)
+        let (user, _) = split_stored_key(Cf::Write, cursor.key())?;
+        Ok(user == key.as_encoded().as_slice())
     }
 }

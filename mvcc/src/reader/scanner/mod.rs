@@ -192,7 +192,10 @@ impl<S: Snapshot> Scanner<S> {
 const FIRST_CHUNK: usize = 16;
 
 /// The most user keys one chunk reads.
-const MAX_CHUNK: usize = 256;
+const MAX_CHUNK: usize = 1024;
+
+/// A byte range of a scanner's arena.
+type Span = std::ops::Range<usize>;
 
 /// What the write CF says a key's value is at the read ts, before its lock
 /// is judged. A long value is only located, not loaded: a lock may decide
@@ -200,10 +203,30 @@ const MAX_CHUNK: usize = 256;
 enum Committed {
     /// Deleted, never written at or below the read ts, or fenced off by GC.
     Nothing,
-    /// An inlined value (empty in a key-only scan).
-    Value(Vec<u8>),
+    /// An inlined value, in the arena (empty in a key-only scan).
+    Value(Span),
     /// A long value in the default CF, written by this start_ts.
     Long(TimeStamp),
+    /// An error about this key only (RcCheckTs found newer data).
+    Failed(Box<Error>),
+}
+
+/// A user key of a chunk (in the arena) and what the write CF says of it.
+struct ChunkKey {
+    key: Span,
+    committed: Committed,
+}
+
+/// A merged entry waiting to be handed out. Keys and inlined values stay in
+/// the arena until then: a chunk holds hundreds of them, and copying each
+/// out only when it is handed out keeps the allocator on its fast path.
+enum Entry {
+    /// A key and value in the arena.
+    InArena { key: Span, value: Span },
+    /// A pair read from elsewhere (a lock's value, a long value).
+    Owned(KvPair),
+    /// A per-key error.
+    Failed(Box<Error>),
 }
 
 /// State shared by both directions.
@@ -229,12 +252,15 @@ struct ScannerCore<S: Snapshot> {
     reader: MvccReader<S>,
     statistics: Statistics,
     started: bool,
-    /// The user key of the record under the write cursor, when a scanner
-    /// already read it since the cursor last moved (so the next position
-    /// need not read it again). Cleared by every move of the write cursor.
-    write_head: Option<(Vec<u8>, TimeStamp)>,
     /// Entries merged but not handed out yet, in scan order.
-    buffer: VecDeque<Result<KvPair>>,
+    buffer: VecDeque<Entry>,
+    /// The keys of the chunk being read (kept for its allocation).
+    chunk: Vec<ChunkKey>,
+    /// The keys and inlined values of the chunk and of the buffer, which
+    /// is empty whenever a chunk starts.
+    arena: Vec<u8>,
+    /// A key buffer reused from key to key.
+    scratch: Key,
     /// Where the next chunk's lock range starts (forward: its inclusive
     /// lower bound; backward: its exclusive upper bound). `None`: the
     /// scan's own bound.
@@ -259,8 +285,10 @@ impl<S: Snapshot> ScannerCore<S> {
             write,
             statistics: Statistics::default(),
             started: false,
-            write_head: None,
             buffer: VecDeque::new(),
+            chunk: Vec::new(),
+            arena: Vec::new(),
+            scratch: Key::from_encoded(Vec::new()),
             resume: None,
             done: false,
             wanted: 0,
@@ -286,8 +314,14 @@ impl<S: Snapshot> ScannerCore<S> {
     /// and something is left. A failed chunk ends the scan.
     fn next_entry(&mut self) -> Result<Option<KvPair>> {
         loop {
-            if let Some(entry) = self.buffer.pop_front() {
-                return entry.map(Some);
+            match self.buffer.pop_front() {
+                Some(Entry::InArena { key, value }) => {
+                    let key = Key::from_encoded(self.arena[key].to_vec());
+                    return Ok(Some((key, self.arena[value].to_vec())));
+                }
+                Some(Entry::Owned(pair)) => return Ok(Some(pair)),
+                Some(Entry::Failed(e)) => return Err(*e),
+                None => {}
             }
             if self.done {
                 return Ok(None);
@@ -305,15 +339,28 @@ impl<S: Snapshot> ScannerCore<S> {
     }
 
     /// The user key and commit_ts of the record under the write cursor.
-    fn write_head(&mut self) -> Result<Option<(Vec<u8>, TimeStamp)>> {
-        if let Some(head) = self.write_head.take() {
-            return Ok(Some(head));
-        }
-        if !self.write.valid()? {
+    fn write_head(write: &S::Iter) -> Result<Option<(&[u8], TimeStamp)>> {
+        if !write.valid()? {
             return Ok(None);
         }
-        let (user, commit_ts) = super::mvcc_reader::split_stored_key(Cf::Write, self.write.key())?;
-        Ok(Some((user.to_vec(), commit_ts)))
+        super::mvcc_reader::split_stored_key(Cf::Write, write.key()).map(Some)
+    }
+
+    /// Copies `bytes` to the end of the arena.
+    fn stash(arena: &mut Vec<u8>, bytes: &[u8]) -> Span {
+        let start = arena.len();
+        arena.extend_from_slice(bytes);
+        start..arena.len()
+    }
+
+    /// Sets the scratch key to the arena's `span` and takes it out (give
+    /// it back with `self.scratch = key`).
+    fn take_scratch(&mut self, span: Span) -> Key {
+        let mut buf =
+            std::mem::replace(&mut self.scratch, Key::from_encoded(Vec::new())).into_encoded();
+        buf.clear();
+        buf.extend_from_slice(&self.arena[span]);
+        Key::from_encoded(buf)
     }
 
     /// Every lock with a key in `[lower, upper)` (the scan's own bound where
@@ -363,48 +410,75 @@ impl<S: Snapshot> ScannerCore<S> {
     /// Merges a chunk of user keys (in scan order, with what the write CF
     /// says of each) with the locks of the range they span (in scan order)
     /// into the buffer.
-    fn merge(
-        &mut self,
-        chunk: Vec<(Key, Result<Committed>)>,
-        locks: Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<()> {
+    fn merge(&mut self, mut chunk: Vec<ChunkKey>, locks: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
         let reverse = self.config.reverse;
-        let in_order = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
-        let mut keys = chunk.into_iter().peekable();
         let mut locks = locks.into_iter().peekable();
-        loop {
-            let (key, committed, lock) = match (keys.peek(), locks.peek()) {
-                (None, None) => return Ok(()),
-                (Some((key, _)), Some((lock_key, _))) if key.as_encoded() == lock_key => {
-                    let (key, committed) = keys.next().expect("peeked");
-                    (key, Some(committed), locks.next().map(|(_, v)| v))
+        for ChunkKey { key, committed } in chunk.drain(..) {
+            // Locks on keys without data, before this key in scan order.
+            while let Some((lock_key, _)) = locks.peek() {
+                let encoded = &self.arena[key.clone()];
+                let before = if reverse {
+                    lock_key.as_slice() > encoded
+                } else {
+                    lock_key.as_slice() < encoded
+                };
+                if !before {
+                    break;
                 }
-                (Some((key, _)), Some((lock_key, _))) if in_order(lock_key, key.as_encoded()) => {
-                    let (lock_key, value) = locks.next().expect("peeked");
-                    (Key::from_encoded(lock_key), None, Some(value))
-                }
-                (Some(_), _) => {
-                    let (key, committed) = keys.next().expect("peeked");
-                    (key, Some(committed), None)
-                }
-                (None, Some(_)) => {
-                    let (lock_key, value) = locks.next().expect("peeked");
-                    (Key::from_encoded(lock_key), None, Some(value))
-                }
-            };
-            let entry = match lock {
-                Some(bytes) => match self.judge_lock(&key, &bytes) {
-                    Err(e) => Err(e),
-                    Ok(Some(lock)) => self.value_from_lock(&key, *lock),
-                    Ok(None) => self.committed_value(&key, committed),
-                },
-                None => self.committed_value(&key, committed),
-            };
-            match entry {
-                Ok(Some(value)) => self.buffer.push_back(Ok((key, value))),
-                Ok(None) => {}
-                Err(e) => self.buffer.push_back(Err(e)),
+                let (lock_key, bytes) = locks.next().expect("peeked");
+                let lock_key = Key::from_encoded(lock_key);
+                let entry = self.locked_value(&lock_key, &bytes, None);
+                self.push_owned(lock_key, entry);
             }
+            let own_lock = locks
+                .next_if(|(lock_key, _)| lock_key.as_slice() == &self.arena[key.clone()])
+                .map(|(_, bytes)| bytes);
+            match (own_lock, committed) {
+                (None, Committed::Nothing) => {}
+                (None, Committed::Value(value)) => {
+                    self.buffer.push_back(Entry::InArena { key, value });
+                }
+                (None, Committed::Failed(e)) => self.buffer.push_back(Entry::Failed(e)),
+                (lock, committed) => {
+                    let owned = Key::from_encoded(self.arena[key].to_vec());
+                    let entry = match lock {
+                        Some(bytes) => self.locked_value(&owned, &bytes, Some(committed)),
+                        None => self.committed_value(&owned, Some(committed)),
+                    };
+                    self.push_owned(owned, entry);
+                }
+            }
+        }
+        // Locks past the last key (or, with no key, anywhere in the range).
+        for (lock_key, bytes) in locks {
+            let lock_key = Key::from_encoded(lock_key);
+            let entry = self.locked_value(&lock_key, &bytes, None);
+            self.push_owned(lock_key, entry);
+        }
+        self.chunk = chunk;
+        Ok(())
+    }
+
+    /// The entry of a key with a lock: the lock rule first, then the
+    /// access lock's value or the committed one.
+    fn locked_value(
+        &mut self,
+        key: &Key,
+        lock: &[u8],
+        committed: Option<Committed>,
+    ) -> Result<Option<Vec<u8>>> {
+        match self.judge_lock(key, lock)? {
+            Some(lock) => self.value_from_lock(key, *lock),
+            None => self.committed_value(key, committed),
+        }
+    }
+
+    /// Buffers `key`'s entry, if it has one.
+    fn push_owned(&mut self, key: Key, entry: Result<Option<Vec<u8>>>) {
+        match entry {
+            Ok(Some(value)) => self.buffer.push_back(Entry::Owned((key, value))),
+            Ok(None) => {}
+            Err(e) => self.buffer.push_back(Entry::Failed(Box::new(e))),
         }
     }
 
@@ -424,15 +498,13 @@ impl<S: Snapshot> ScannerCore<S> {
     fn committed_value(
         &mut self,
         key: &Key,
-        committed: Option<Result<Committed>>,
+        committed: Option<Committed>,
     ) -> Result<Option<Vec<u8>>> {
         match committed {
-            None | Some(Ok(Committed::Nothing)) => Ok(None),
-            Some(Ok(Committed::Value(value))) => Ok(Some(value)),
-            Some(Ok(Committed::Long(start_ts))) => {
-                self.reader.load_long_value(key, start_ts).map(Some)
-            }
-            Some(Err(e)) => Err(e),
+            None | Some(Committed::Nothing) => Ok(None),
+            Some(Committed::Value(value)) => Ok(Some(self.arena[value].to_vec())),
+            Some(Committed::Long(start_ts)) => self.reader.load_long_value(key, start_ts).map(Some),
+            Some(Committed::Failed(e)) => Err(*e),
         }
     }
 
@@ -487,9 +559,9 @@ impl<S: Snapshot> ScannerCore<S> {
             self.config.policy.isolation_level,
         )?;
         Ok(match self.reader.get_write(key, ts, Some(ts))? {
-            Some(_) if self.config.key_only => Committed::Value(Vec::new()),
+            Some(_) if self.config.key_only => Committed::Value(0..0),
             Some(write) => match write.short_value {
-                Some(value) => Committed::Value(value),
+                Some(value) => Committed::Value(Self::stash(&mut self.arena, &value)),
                 None => Committed::Long(write.start_ts),
             },
             None => Committed::Nothing,
