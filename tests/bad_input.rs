@@ -107,7 +107,7 @@ fn a_commit_ts_not_above_the_start_ts_is_refused_and_writes_nothing() {
     );
 }
 
-/// BEHAVIOUR.md O1: a read at a timestamp far beyond the oracle is refused
+/// docs/BEHAVIOUR.md O1: a read at a timestamp far beyond the oracle is refused
 /// (InvalidMaxTsUpdate) instead of pushing the region's max_ts, and with
 /// it every later async-commit and 1PC commit_ts, out of the oracle's
 /// reach. A timestamp within the allowance is accepted.

@@ -1,5 +1,5 @@
 //! Byte-exact compatibility with TiKV: every vector in `tests/data/vectors.json`
-//! (a copy of the shared `tikv-format/vectors.json`, whose bytes were checked
+//! (vectors described in `docs/FORMAT.md`, whose bytes were checked
 //! against TiKV's own encoder and parser) is checked in both directions:
 //!
 //! * encode: build the value from `inputs`, encode it, compare with `hex`;

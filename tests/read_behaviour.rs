@@ -1,4 +1,4 @@
-//! BEHAVIOUR.md groups A (point get) and B (scan), one named test per
+//! docs/BEHAVIOUR.md groups A (point get) and B (scan), one named test per
 //! scenario, each run on the memory engine and on RocksDB.
 //!
 //! The data is written record by record with `MvccFixture` (a prewrite puts

@@ -1,4 +1,4 @@
-//! BEHAVIOUR.md groups I (async commit), K (1PC), N (latches and
+//! docs/BEHAVIOUR.md groups I (async commit), K (1PC), N (latches and
 //! scheduling) and O (concurrency manager), plus the §3 checks that concern
 //! the region's command API, one named test per scenario, each run on the
 //! memory engine and on RocksDB.

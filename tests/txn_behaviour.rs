@@ -1,4 +1,4 @@
-//! BEHAVIOUR.md groups C, E, F, G, H, I, J, K, L and M: the transaction
+//! docs/BEHAVIOUR.md groups C, E, F, G, H, I, J, K, L and M: the transaction
 //! actions, one named test per scenario, each run on the memory engine and
 //! on RocksDB.
 //!
@@ -420,7 +420,7 @@ fn c16_retried_prewrite_of_rolled_back_txn_fails<E: Engine>(f: TxnFixture<E>) {
     f.must_unlocked(b"k1");
 }
 
-/// Existence assertions (BEHAVIOUR.md §2, AssertionFailed): a prewrite may
+/// Existence assertions (docs/BEHAVIOUR.md §2, AssertionFailed): a prewrite may
 /// assert that a key has, or has not, a visible value at its start_ts. A
 /// true assertion prewrites as usual; a false one fails with the existing
 /// record's timestamps (zero when there is none) and writes nothing. A

@@ -613,7 +613,8 @@ mod tests {
         ));
     }
 
-    /// `test_enc_dec_bytes` in TiKV's `tikv_util/src/codec/bytes.rs` (SPEC §8).
+    /// `test_enc_dec_bytes` in TiKV's `tikv_util/src/codec/bytes.rs`
+    /// (docs/FORMAT.md, "Byte literals from TiKV's tests").
     #[test]
     fn enc_dec_bytes_tikv_literals() {
         let cases: &[(&[u8], &[u8], &[u8])] = &[
@@ -685,7 +686,8 @@ mod tests {
         }
     }
 
-    /// Inputs of the kind `test_dec_bytes_fail` rejects (SPEC §1.1).
+    /// Inputs of the kind `test_dec_bytes_fail` rejects (docs/FORMAT.md,
+    /// "Memcomparable key encoding").
     #[test]
     fn dec_bytes_fail() {
         let invalid: &[&[u8]] = &[

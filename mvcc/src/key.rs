@@ -329,7 +329,7 @@ mod tests {
         TimeStamp::new(v)
     }
 
-    /// SPEC §7 and §8 literals.
+    /// docs/FORMAT.md, "Worked examples" and "Byte literals from TiKV's tests".
     #[test]
     fn tikv_literals() {
         let k = Key::from_raw(b"123456789").append_ts(TimeStamp::max());

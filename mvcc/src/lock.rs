@@ -501,7 +501,7 @@ mod tests {
         assert_eq!(&Lock::parse(&extended).unwrap(), lock);
     }
 
-    /// SPEC §7: the full header plus f/t/c breakdown.
+    /// docs/FORMAT.md, "Worked examples": the full header plus f/t/c breakdown.
     #[test]
     fn spec_breakdown_put_with_timestamps() {
         let mut lock = Lock::new(LockType::Put, b"pkpkpk".to_vec(), ts(111), 222);
@@ -515,7 +515,7 @@ mod tests {
         );
     }
 
-    /// SPEC §7: async-commit secondaries and rollback_ts.
+    /// docs/FORMAT.md, "Worked examples": async-commit secondaries and rollback_ts.
     #[test]
     fn spec_breakdown_secondaries_and_rollback_ts() {
         let mut lock = Lock::new(LockType::Put, b"pk".to_vec(), ts(1), 10);

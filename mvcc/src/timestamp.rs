@@ -154,7 +154,7 @@ impl fmt::Debug for TimeStamp {
 mod tests {
     use super::*;
 
-    /// TiKV's `test_ts` literal (SPEC §6).
+    /// TiKV's `test_ts` literal (docs/FORMAT.md, "Timestamps").
     #[test]
     fn compose_and_split() {
         let ts = TimeStamp::compose(1568700549751, 108);

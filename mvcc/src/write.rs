@@ -416,7 +416,7 @@ mod tests {
         assert_eq!(&Write::parse(&extended).unwrap(), write);
     }
 
-    /// SPEC §7 breakdown.
+    /// docs/FORMAT.md, "Worked examples".
     #[test]
     fn spec_breakdown_put_overlapped_gc_fence() {
         let w = Write::new(WriteType::Put, ts(456), Some(b"short_value".to_vec()))
@@ -427,7 +427,8 @@ mod tests {
         );
     }
 
-    /// SPEC §7/§8: `vec![b'R', 3]` from TiKV's `test_seek_write`.
+    /// docs/FORMAT.md, "Worked examples" and "Byte literals from TiKV's
+    /// tests": `vec![b'R', 3]` from TiKV's `test_seek_write`.
     #[test]
     fn tikv_rollback_literals() {
         for t in [3u8, 7] {

@@ -16,7 +16,7 @@
 //! reader with an oracle timestamp could see for a long time. A
 //! [`MaxTsLimit`] bounds it, as TiKV bounds it by PD's latest timestamp:
 //! an update above the oracle's latest timestamp plus an allowance is
-//! refused with [`Error::InvalidMaxTsUpdate`] (BEHAVIOUR.md O1).
+//! refused with [`Error::InvalidMaxTsUpdate`] (docs/BEHAVIOUR.md O1).
 //!
 //! [`lock_keys`]: ConcurrencyManager::lock_keys
 //! [`read_key_check`]: ConcurrencyManager::read_key_check

@@ -50,7 +50,7 @@ impl WriteCommand for Cleanup {
 /// Checks the transaction `start_ts` on its primary key: rolls it back if
 /// its lock expired, pushes its min_commit_ts above the caller's start_ts,
 /// and reports its status. Raises `max_ts` to the largest of `start_ts`,
-/// the caller's start_ts and `current_ts` (TiKV's rule, BEHAVIOUR.md G15):
+/// the caller's start_ts and `current_ts` (TiKV's rule, docs/BEHAVIOUR.md G15):
 /// the caller has seen time up to `current_ts`, so no async-commit or 1PC
 /// transaction may later commit at or below it unseen.
 #[derive(Clone, Debug, PartialEq, Eq)]
