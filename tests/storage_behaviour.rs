@@ -323,11 +323,13 @@ fn must_locked_by(result: Result<impl std::fmt::Debug, Error>, start_ts: u64, k:
 
 // ---------------------------------------------------------------- group I
 
-/// I1: "`max_ts=42`. `PW_async(key,pk=key,s=2,secondaries=[key1,key2,key3],
-/// max_commit_ts=0)` → response min_commit_ts=43. Lock{use_async_commit,
-/// secondaries=[...], min_commit_ts=43}. Secondary locks have
-/// use_async_commit and empty secondaries. A duplicate request → 43 again,
-/// read from the stored lock."
+/// I1: with max_ts at 42, an async-commit prewrite at s=2 of `key`, its own
+/// primary, naming key1, key2 and key3 as secondaries (no max_commit_ts) is
+/// answered min_commit_ts 43; its lock is async-commit, has min_commit_ts 43
+/// and lists the three secondaries. Prewriting each secondary also answers 43
+/// and leaves an async-commit lock with an empty list. Sent again after
+/// max_ts has reached 100, the primary's request still answers 43, taken from
+/// the stored lock, and changes nothing.
 fn i1_min_commit_ts_from_max_ts_secondaries_on_primary_only<E: Engine>(f: StorageFixture<E>) {
     f.read_at(42);
     let secondaries = vec![b"key1".to_vec(), b"key2".to_vec(), b"key3".to_vec()];
@@ -355,9 +357,11 @@ fn i1_min_commit_ts_from_max_ts_secondaries_on_primary_only<E: Engine>(f: Storag
     f.must_have_no_memory_lock(&[b"key", b"key1", b"key2", b"key3"]);
 }
 
-/// I2 (non-pessimistic checks): "min_commit_ts = max(max_ts+1, start_ts+1,
-/// for_update_ts+1, request.min_commit_ts, ...). max_ts 41, s=44 → > 44;
-/// request min 46 → ≥ 46."
+/// I2, the inputs without pessimistic locks: an async-commit prewrite answers
+/// the largest of max_ts + 1, its start_ts + 1 and the min_commit_ts it asks
+/// for. With max_ts at 41: s=44 gets 45, s=10 asking for 46 gets 46, s=10
+/// asking for nothing gets 42 (the prewrites themselves leave max_ts at 41),
+/// and a two-key request asking for 50 gets 50, on both of its locks.
 fn i2_min_commit_ts_formula<E: Engine>(f: StorageFixture<E>) {
     f.read_at(41);
     let async_put = |k: &[u8], s: u64| {
@@ -379,9 +383,12 @@ fn i2_min_commit_ts_formula<E: Engine>(f: StorageFixture<E>) {
     assert_eq!(f.txn.must_locked(b"e", 12).min_commit_ts, ts(50));
 }
 
-/// I5: "`max_ts=50`, `PW_async({k1,k2},pk=k1,s=20,min=21,max_commit_ts=40)`
-/// → success with response min_commit_ts=0. Both locks are written without
-/// use_async_commit. Repeating the request gives the same answer."
+/// I5: with max_ts at 50, an async-commit prewrite of k1 (the primary) and k2
+/// at s=20, asking for min_commit_ts 21 but capped at max_commit_ts 40, cannot
+/// commit at or below 40 and falls back to 2PC: it succeeds, answers
+/// min_commit_ts 0 (and one_pc_commit_ts 0), and leaves two plain locks, not
+/// async-commit and without secondaries. The same request again answers 0 and
+/// writes nothing; the transaction then commits as 2PC at 55.
 fn i5_fallback_when_commit_ts_exceeds_max_commit_ts<E: Engine>(f: StorageFixture<E>) {
     f.read_at(50);
     let request = || {
@@ -407,12 +414,13 @@ fn i5_fallback_when_commit_ts_exceeds_max_commit_ts<E: Engine>(f: StorageFixture
     f.must_get(b"k2", 55, b"v2");
 }
 
-/// I7 (simulated prewrite): "Run an async prewrite of x (s=10) but hold the
-/// write. The concurrency manager now has x's lock. `G(x,100)` →
-/// KeyIsLocked." Here the prewrite in flight is a memory lock set directly
-/// on the concurrency manager; point, batch and range reads all honour it
-/// (§3.3: a memory lock fails the whole BatchGet or Scan), and it is gone
-/// with its guard.
+/// I7, with the prewrite simulated: an async-commit lock of x at s=10 is put
+/// into the concurrency manager only, as a prewrite does before its write
+/// reaches the engine. A get of x at 100 fails with KeyIsLocked naming s=10,
+/// and so do a batch get and a scan that cover x (§3.3: the whole request
+/// fails, with no partial answer) and a get of x at MAX (§3.1). A get of x at
+/// 5 and reads of other keys are unaffected; once the guard is dropped, x
+/// reads its committed value at 100 again.
 fn i7_memory_lock_blocks_reads<E: Engine>(f: StorageFixture<E>) {
     f.must_put_committed(b"x", b"v0", 1, 2);
     f.must_put_committed(b"y", b"y0", 1, 2);
@@ -449,11 +457,13 @@ fn i7_memory_lock_blocks_reads<E: Engine>(f: StorageFixture<E>) {
     assert_eq!(f.storage.scan(scan).unwrap().len(), 2);
 }
 
-/// I7 (real prewrite): an async-commit prewrite of x (s=10) is held inside
-/// its engine write, after it published its memory lock and before its
-/// lock is in the lock CF: `G(x,100)` → KeyIsLocked from the memory lock
-/// alone. After the write, the lock CF blocks instead; after the commit
-/// the value is read.
+/// I7, with a real prewrite: an async-commit prewrite of x at s=10 is stopped
+/// inside its engine write, when its memory lock is published but the lock CF
+/// holds nothing yet. A get of x at 100 already fails with KeyIsLocked naming
+/// s=10, from the memory lock alone. Let through, the prewrite answers
+/// min_commit_ts 11, its memory lock is gone and the stored lock blocks the
+/// same get; after the commit at 11 a get at 100 reads the new value and one
+/// at 10 the old.
 fn i7_prewrite_in_flight_blocks_reads<E: Engine>(f: StorageFixture<E>) {
     f.must_put_committed(b"x", b"v0", 1, 2);
     let (arrived, release) = f.gate().hold_next_write();
@@ -481,9 +491,10 @@ fn i7_prewrite_in_flight_blocks_reads<E: Engine>(f: StorageFixture<E>) {
     f.must_get(b"x", 10, b"v0");
 }
 
-/// I8: "`max_ts=10`. `G(k,50)` (max_ts→50), then `PW_async(k,s=20)` →
-/// min_commit_ts ≥ 51. So the read at 50 can never miss a commit at or
-/// below 50."
+/// I8: max_ts starts at 10. A get of the empty key k at 50 raises it to 50,
+/// and an async-commit prewrite of k at s=20 sent afterwards is answered
+/// min_commit_ts 51. Committed there, the value is still absent at 50 and
+/// present from 51 on: the earlier read's answer stays true.
 fn i8_reads_bound_future_commit_ts<E: Engine>(f: StorageFixture<E>) {
     f.read_at(10);
     f.must_get_none(b"k", 50);
@@ -521,9 +532,11 @@ fn k_one_pc_commits_without_locks<E: Engine>(f: StorageFixture<E>) {
     f.must_have_no_memory_lock(&[b"k1", b"k2"]);
 }
 
-/// K3: "`max_ts=50`, `PW_1pc(k,s=20,max_commit_ts=30)` →
-/// one_pc_commit_ts=0 and min_commit_ts=0. A normal lock is left @20 with
-/// use_one_pc cleared. Idempotent on repeat."
+/// K3: with max_ts at 50, a 1PC prewrite of k at s=20 capped at max_commit_ts
+/// 30 cannot commit and falls back to 2PC: it answers one_pc_commit_ts 0 and
+/// min_commit_ts 0, writes no commit record and leaves an ordinary lock at 20
+/// (neither 1PC nor async-commit). Repeating it answers the same and changes
+/// nothing; the client then commits the lock as 2PC at 60.
 fn k3_one_pc_fallback<E: Engine>(f: StorageFixture<E>) {
     f.read_at(50);
     let request = || Prewrite::new(vec![put(b"k", b"v")], b"k", ts(20)).one_pc(ts(30));
@@ -541,9 +554,10 @@ fn k3_one_pc_fallback<E: Engine>(f: StorageFixture<E>) {
     f.must_get(b"k", 60, b"v");
 }
 
-/// K5 (non-pessimistic analogue): "A repeated 1PC returns the original
-/// commit_ts. ... Raise max_ts past c and repeat → one_pc_commit_ts == c.
-/// Nothing new is written."
+/// K5, in its optimistic form (percolate has no pessimistic locks): a 1PC
+/// prewrite of k1 and k2 at s=5 commits at 6. Sent again once max_ts has
+/// moved to 100, the same request is answered one_pc_commit_ts 6, the first
+/// commit's, and writes nothing: no lock, still a single record per key.
 fn k5_repeated_one_pc_returns_original_commit_ts<E: Engine>(f: StorageFixture<E>) {
     let request = || {
         Prewrite::new(vec![put(b"k1", b"v1"), put(b"k2", b"v2")], b"k1", ts(5))
@@ -559,8 +573,11 @@ fn k5_repeated_one_pc_returns_original_commit_ts<E: Engine>(f: StorageFixture<E>
     f.must_have_no_memory_lock(&[b"k1", b"k2"]);
 }
 
-/// K6: "1PC never overwrites a protected rollback. `CU(k,30)` raises max_ts
-/// to ≥30. A later 1PC on k gets commit_ts > 30."
+/// K6: a cleanup of s=30 on the empty key k writes a protected rollback
+/// record at 30 and raises max_ts to 30. A 1PC prewrite from the older s=10
+/// then commits another key at 31, but on k itself it is a write conflict. A
+/// 1PC prewrite of k at s=35 commits above 30, and the protected rollback at
+/// 30 is still there afterwards.
 fn k6_one_pc_commits_above_a_cleanup<E: Engine>(f: StorageFixture<E>) {
     assert_eq!(f.storage.cleanup(key(b"k"), ts(30), ts(0)).unwrap(), None);
     assert_eq!(f.max_ts(), ts(30));
@@ -584,9 +601,13 @@ fn k6_one_pc_commits_above_a_cleanup<E: Engine>(f: StorageFixture<E>) {
 
 // ---------------------------------------------------------------- group N
 
-/// N1: "Command A holds the latch for k. Command B on k waits. When A
-/// finishes, B is woken and runs. Every write command that names k
-/// conflicts with every other ... Read-only commands ... take no latches."
+/// N1: while one command holds k's latch, each write command sent for k
+/// (prewrite, commit, cleanup, rollback, CheckTxnStatus, CheckSecondaryLocks,
+/// ResolveLockLite, heartbeat, GC) waits without running, whereas a get and
+/// an MVCC debug read of k, which take no latch, answer at once. When the
+/// holder finishes, the queued commands run in the order they were sent: the
+/// prewrite at 10 and its commit at 11 succeed, the cleanup of 12 leaves a
+/// protected rollback, and only the heartbeat (no lock of s=17) fails.
 fn n1_same_key_serializes<E: Engine>(f: StorageFixture<E>) {
     let a = hold(&f.storage, &[b"k"]);
     let s = &f.storage;
@@ -691,9 +712,11 @@ fn n1_same_key_serializes<E: Engine>(f: StorageFixture<E>) {
     }
 }
 
-/// N1 (order): "Released in order, each wakes exactly the next." Commands
-/// queued on one key run in the order they arrived: a chain of prewrites
-/// and commits submitted without waiting only succeeds in that order.
+/// N1, order: behind a held latch on k, ten transactions are sent without
+/// waiting, each as a prewrite at s=10+2i, a command that logs i, and a commit
+/// at 11+2i. Released, all thirty succeed, the log reads 0 to 9 and k has ten
+/// commit records in turn, ending in v9: the chain only works if each
+/// finishing command hands the latch to the next one that arrived.
 fn n1_queued_commands_run_in_arrival_order<E: Engine>(f: StorageFixture<E>) {
     let a = hold(&f.storage, &[b"k"]);
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -733,8 +756,10 @@ fn n1_queued_commands_run_in_arrival_order<E: Engine>(f: StorageFixture<E>) {
     f.must_get(b"k", 100, b"v9");
 }
 
-/// N2: "Disjoint keys run in parallel. A{k1,k2,k3} and B{k4,k5,k6} both
-/// acquire at once. C{k3,k4} waits for A, then for B."
+/// N2: two commands on disjoint key sets, {k1,k2,k3} and {k4,k5,k6}, are both
+/// inside `process` at the same time. A third on {k3,k4} does not run while
+/// they hold their latches, nor once only the first has finished; it runs
+/// after the second finishes too.
 fn n2_disjoint_keys_run_in_parallel<E: Engine>(f: StorageFixture<E>) {
     // B gets inside `process` while A is still there.
     let a = hold(&f.storage, &[b"k1", b"k2", b"k3"]);
@@ -755,9 +780,11 @@ fn n2_disjoint_keys_run_in_parallel<E: Engine>(f: StorageFixture<E>) {
     assert_eq!(*log.lock().unwrap(), vec![3]);
 }
 
-/// N4: "k is latched. A rollback of {a,b,c} with max_execution_duration
-/// 100 ms, still waiting at 200 ms → DeadlineExceeded. Once the latch is
-/// released a new identical request succeeds."
+/// N4: with b's latch held, a rollback of a, b and c at s=30 given a
+/// max_execution_duration of 100 ms has no answer after 200 ms. When the
+/// latch is freed it answers DeadlineExceeded (having waited at least 100 ms)
+/// and has written nothing; sent again, the same rollback succeeds and leaves
+/// a rollback record at 30 on each of the three keys.
 fn n4_latch_wait_respects_the_deadline<E: Engine>(f: StorageFixture<E>) {
     let options = CommandOptions {
         max_execution_duration: Some(Duration::from_millis(100)),
@@ -869,9 +896,11 @@ fn o1_every_read_raises_max_ts<E: Engine>(f: StorageFixture<E>) {
     assert_eq!(f.max_ts(), ts(90));
 }
 
-/// C13 through the storage: "`max_ts=5`, k exists @5. 1. `PCNE(k,s=15)` →
-/// AlreadyExist and max_ts = 15. 2. Delete s=8 committed at `max_ts+1` =
-/// 16. 3. `PCNE(k,s=10)` → WriteConflict (16 > 10), not success."
+/// C13, through the storage: k committed at 5 and max_ts at 5. A
+/// CheckNotExists prewrite at s=15 fails with AlreadyExist but still raises
+/// max_ts to 15, so a 1PC Delete of k from s=8 commits at 16. A
+/// CheckNotExists at s=10 then fails with a write conflict, since the Delete
+/// at 16 is newer than 10, instead of succeeding, and leaves k unlocked.
 fn o2_c13_existence_checks_are_linearizable<E: Engine>(f: StorageFixture<E>) {
     f.must_put_committed(b"k", b"v", 4, 5);
     f.read_at(5);
@@ -893,8 +922,11 @@ fn o2_c13_existence_checks_are_linearizable<E: Engine>(f: StorageFixture<E>) {
 
 // ---------------------------------------------------------------- §3
 
-/// §3.1: "async-commit and 1PC primary locks block MAX-ts reads. The skip
-/// applies to plain 2PC primaries only."
+/// §3.1: a read at MAX steps over a plain 2PC primary lock but not over an
+/// async-commit one. p and q are committed at 2, then p is prewritten as its
+/// own primary at s=5 (2PC) and q at s=6 (async commit). A get of p at MAX
+/// reads the committed p0; a get of q at MAX fails with KeyIsLocked naming
+/// s=6.
 fn s3_1_max_ts_read_skips_only_plain_primary_locks<E: Engine>(f: StorageFixture<E>) {
     f.must_put_committed(b"p", b"p0", 1, 2);
     f.must_put_committed(b"q", b"q0", 1, 2);
@@ -904,9 +936,12 @@ fn s3_1_max_ts_read_skips_only_plain_primary_locks<E: Engine>(f: StorageFixture<
     must_locked_by(f.storage.get(key(b"q"), MAX), 6, b"q");
 }
 
-/// G15: "CTS pushes max_ts to max(lock_ts, current_ts, caller_start_ts),
-/// leaving out u64::MAX values." Each check below lets a different one of
-/// the three be the largest.
+/// G15: CheckTxnStatus raises max_ts to the largest of its lock ts,
+/// caller_start_ts and current_ts, ignoring any of them that is MAX. The
+/// calls below (on a key without a lock, each answered LockNotExist) make
+/// each of the three the largest in turn, then pass a MAX caller_start_ts and
+/// a MAX current_ts; max_ts ends at 500, and a 1PC commit from s=440 that
+/// follows lands at 501.
 fn g15_check_txn_status_pushes_max_ts<E: Engine>(f: StorageFixture<E>) {
     let check = |lock_ts: u64, caller: TimeStamp, current: TimeStamp| {
         let options = CheckTxnStatusOptions {
@@ -933,8 +968,11 @@ fn g15_check_txn_status_pushes_max_ts<E: Engine>(f: StorageFixture<E>) {
     assert_eq!(one_pc.one_pc_commit_ts, ts(501));
 }
 
-/// §3.9: "ScanLock(max_ts=X) pushes max_ts to ≥X and checks memory locks.
-/// A later async/1PC commit from an older start_ts gets commit_ts > X."
+/// §3.9: a ScanLock for the locks of transactions started at or before 100
+/// reports the lock of s=3 and raises max_ts to 100. An async-commit prewrite
+/// and a 1PC prewrite sent afterwards from s=10 both get commit timestamp
+/// 101, above everything the scan covered, so a get at 100 does not see the
+/// 1PC write.
 fn s3_9_scan_lock_bounds_later_async_commits<E: Engine>(f: StorageFixture<E>) {
     f.must_prewrite(Prewrite::new(vec![put(b"a", b"v")], b"a", ts(3)));
     let locks = f.storage.scan_lock(None, None, ts(100), 0).unwrap();
