@@ -174,11 +174,16 @@ impl<E: Engine> Transaction<E> {
             .filter(|(_, op)| !matches!(op, Op::Lock))
             .count();
         let fetch = if limit == 0 { 0 } else { limit + own };
-        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        for (k, v) in self
+        let read = self
             .client
-            .scan(start, end, fetch, reverse, self.start_ts)?
-        {
+            .scan(start, end, fetch, reverse, self.start_ts)?;
+        if own == 0 {
+            // Nothing of this transaction's in the range: the snapshot's
+            // pairs, in scan order already.
+            return read.into_iter().map(|(k, v)| Ok((raw(&k)?, v))).collect();
+        }
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for (k, v) in read {
             merged.insert(raw(&k)?, v);
         }
         let in_range = |k: &[u8]| k >= start && end.is_none_or(|e| k < e);
