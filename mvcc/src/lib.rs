@@ -93,7 +93,7 @@ pub use key::{Key, TimestampedKey};
 pub use lock::{LastChange, Lock, LockInfo, LockType};
 pub use reader::{
     IsolationLevel, KvPair, MvccReader, PointGetter, PointGetterBuilder, Scanner, ScannerBuilder,
-    TsSet, TxnCommitRecord,
+    TsSet, TxnCommitRecord, VersionHints,
 };
 pub use timestamp::{TSO_PHYSICAL_SHIFT_BITS, TimeStamp};
 pub use txn::MvccTxn;

@@ -7,7 +7,7 @@
 
 use percolate_engine::{Cf, Modify, WriteBatch};
 
-use crate::{Key, Lock, TimeStamp, Write};
+use crate::{Key, Lock, TimeStamp, Write, WriteType};
 
 /// A buffer of modifications made on behalf of the transaction `start_ts`.
 #[derive(Clone, Debug)]
@@ -15,6 +15,8 @@ pub struct MvccTxn {
     start_ts: TimeStamp,
     modifies: Vec<Modify>,
     write_size: usize,
+    /// The data versions committed by [`put_commit`](Self::put_commit).
+    committed: Vec<(Key, TimeStamp)>,
 }
 
 impl MvccTxn {
@@ -24,6 +26,7 @@ impl MvccTxn {
             start_ts,
             modifies: Vec::new(),
             write_size: 0,
+            committed: Vec::new(),
         }
     }
 
@@ -78,6 +81,32 @@ impl MvccTxn {
             key: key.append_ts(ts).into_encoded(),
             value: write.to_bytes(),
         });
+    }
+
+    /// Writes the commit record of a transaction at `key@commit_ts` (write
+    /// CF), as [`put_write`](Self::put_write), and when it is a Put or a
+    /// Delete notes it as the key's newest data version (see
+    /// [`committed_versions`](Self::committed_versions)). For commits only:
+    /// the protocol makes a commit's record newer than every Put or Delete
+    /// of the key already written (a commit holds the key's lock, and its
+    /// prewrite found no data committed after its start_ts).
+    pub fn put_commit(&mut self, key: Key, commit_ts: TimeStamp, write: &Write) {
+        if matches!(write.write_type, WriteType::Put | WriteType::Delete) {
+            self.committed.push((key.clone(), commit_ts));
+        }
+        self.put_write(key, commit_ts, write);
+    }
+
+    /// The newest data versions (Put or Delete records) this buffer
+    /// commits, by key: what a reader of the latest data will find once the
+    /// buffer is written.
+    pub fn committed_versions(&self) -> &[(Key, TimeStamp)] {
+        &self.committed
+    }
+
+    /// Takes the [`committed_versions`](Self::committed_versions) out.
+    pub fn take_committed_versions(&mut self) -> Vec<(Key, TimeStamp)> {
+        std::mem::take(&mut self.committed)
     }
 
     /// Removes the record at `key@ts` (write CF).

@@ -27,10 +27,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
-use percolate_mvcc::{Key, Lock, TimeStamp};
+use percolate_mvcc::{Key, Lock, TimeStamp, VersionHints};
 
 use crate::Error;
 use crate::oracle::TimestampOracle;
+use crate::versions::VersionCache;
 
 /// The upper bound on a region's `max_ts`: the latest timestamp of the
 /// oracle plus an allowance for clock drift between the oracle and the
@@ -107,6 +108,8 @@ struct Inner {
     limit: Option<MaxTsLimit>,
     /// The last bound `limit` gave (0: not asked yet). Only grows.
     cached_limit: AtomicU64,
+    /// The newest data versions of recently committed keys.
+    versions: Arc<VersionCache>,
 }
 
 /// The slot of one key in the memory lock table.
@@ -196,8 +199,25 @@ impl ConcurrencyManager {
                 entries: AtomicUsize::new(0),
                 limit,
                 cached_limit: AtomicU64::new(0),
+                versions: Arc::default(),
             }),
         }
+    }
+
+    /// Notes the newest data versions a write command is about to write
+    /// (its commits' Put and Delete records), before it writes them: see
+    /// [`VersionHints`].
+    pub fn note_committed(&self, versions: &[(Key, TimeStamp)]) {
+        for (key, commit_ts) in versions {
+            self.inner.versions.note(key, *commit_ts);
+        }
+    }
+
+    /// The newest data versions of the keys this region committed
+    /// recently, for point reads to fetch with a point get (see
+    /// [`VersionHints`]).
+    pub fn version_hints(&self) -> Arc<dyn VersionHints> {
+        self.inner.versions.clone()
     }
 
     /// The largest read timestamp seen.

@@ -45,6 +45,7 @@ pub mod scheduler;
 pub mod storage;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+mod versions;
 
 pub use errors::{Error, Limit, Result};
 

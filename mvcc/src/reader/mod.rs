@@ -11,7 +11,7 @@ mod point_getter;
 mod scanner;
 
 pub use mvcc_reader::{MvccReader, OverlappedWrite, TxnCommitRecord};
-pub use point_getter::{PointGetter, PointGetterBuilder};
+pub use point_getter::{PointGetter, PointGetterBuilder, VersionHints};
 pub use scanner::{KvPair, Scanner, ScannerBuilder};
 
 use crate::{Error, Key, Lock, LockType, Result, TimeStamp};

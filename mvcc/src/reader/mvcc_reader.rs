@@ -209,6 +209,21 @@ impl<S: Snapshot> MvccReader<S> {
             })
     }
 
+    /// The record at exactly `key@commit_ts`, by point lookup (no cursor),
+    /// if there is one.
+    pub fn write_at(&mut self, key: &Key, commit_ts: TimeStamp) -> Result<Option<Write>> {
+        self.seek_buf.clear();
+        self.seek_buf.extend_from_slice(key.as_encoded());
+        encode_u64_desc(&mut self.seek_buf, commit_ts.into_inner());
+        self.statistics.write.get += 1;
+        match self.snapshot.get(Cf::Write, &self.seek_buf)? {
+            Some(bytes) => Write::parse(&bytes)
+                .map(Some)
+                .map_err(|e| Error::corruption(Cf::Write, &self.seek_buf, e)),
+            None => Ok(None),
+        }
+    }
+
     /// The newest record of `key` with commit_ts `<= ts`, of any type, and
     /// its commit_ts.
     pub fn seek_write(&mut self, key: &Key, ts: TimeStamp) -> Result<Option<(TimeStamp, Write)>> {

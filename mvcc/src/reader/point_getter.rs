@@ -17,6 +17,20 @@ use super::{
 };
 use crate::{Key, LockType, Result, TimeStamp, WriteType};
 
+/// Where a point read can learn a key's newest data version without a
+/// cursor: a region keeps one for the keys its commits wrote recently.
+///
+/// A hint is the commit_ts of the newest Put or Delete record of the key
+/// that a write has begun to store. The getter asks after it has judged the
+/// key's lock, and looks the record up by point get: a write that stored a
+/// newer version before the read began has also updated the hint before it
+/// did, and a hint whose record is not there (yet, or any longer) costs
+/// only the lookup before the usual seek.
+pub trait VersionHints: Send + Sync {
+    /// The newest data version of `key` known, if any.
+    fn newest_data_version(&self, key: &Key) -> Option<TimeStamp>;
+}
+
 /// Builds a [`PointGetter`].
 #[must_use]
 pub struct PointGetterBuilder<S: Snapshot> {
@@ -25,6 +39,7 @@ pub struct PointGetterBuilder<S: Snapshot> {
     policy: LockPolicy,
     fill_cache: bool,
     omit_value: bool,
+    hints: Option<std::sync::Arc<dyn VersionHints>>,
 }
 
 impl<S: Snapshot> PointGetterBuilder<S> {
@@ -36,6 +51,7 @@ impl<S: Snapshot> PointGetterBuilder<S> {
             policy: LockPolicy::default(),
             fill_cache: true,
             omit_value: false,
+            hints: None,
         }
     }
 
@@ -72,6 +88,15 @@ impl<S: Snapshot> PointGetterBuilder<S> {
         self
     }
 
+    /// Where the getter may learn a key's newest data version, to read it
+    /// with a point get instead of a seek (see [`VersionHints`]). Only for
+    /// a getter over the latest data or a snapshot taken after the hints'
+    /// writes began. Defaults to none.
+    pub fn version_hints(mut self, hints: std::sync::Arc<dyn VersionHints>) -> Self {
+        self.hints = Some(hints);
+        self
+    }
+
     /// The getter.
     pub fn build(self) -> PointGetter<S> {
         PointGetter {
@@ -79,6 +104,7 @@ impl<S: Snapshot> PointGetterBuilder<S> {
             ts: self.ts,
             policy: self.policy,
             omit_value: self.omit_value,
+            hints: self.hints,
         }
     }
 }
@@ -90,6 +116,7 @@ pub struct PointGetter<S: Snapshot> {
     ts: TimeStamp,
     policy: LockPolicy,
     omit_value: bool,
+    hints: Option<std::sync::Arc<dyn VersionHints>>,
 }
 
 impl<S: Snapshot> PointGetter<S> {
@@ -117,6 +144,9 @@ impl<S: Snapshot> PointGetter<S> {
     fn read_committed(&mut self, key: &Key) -> Result<Option<Vec<u8>>> {
         let ts = self.ts;
         check_rc_newer_write(&mut self.reader, key, ts, self.policy.isolation_level)?;
+        if let Some(found) = self.read_hinted(key)? {
+            return Ok(found);
+        }
         let Some(write) = self.reader.get_write(key, ts, Some(ts))? else {
             return Ok(None);
         };
@@ -125,6 +155,32 @@ impl<S: Snapshot> PointGetter<S> {
         }
         debug_assert_eq!(write.write_type, WriteType::Put);
         self.reader.load_data(key, write).map(Some)
+    }
+
+    /// The newest committed value by a point get of the key's hinted newest
+    /// data version, when there is a hint at or below the read ts and its
+    /// record answers: every record above the data version is a Lock or a
+    /// Rollback, which a read steps over, so that version is the one the
+    /// seek would find. `None`: no answer here, seek as usual.
+    fn read_hinted(&mut self, key: &Key) -> Result<Option<Option<Vec<u8>>>> {
+        let Some(hints) = &self.hints else {
+            return Ok(None);
+        };
+        let Some(commit_ts) = hints.newest_data_version(key).filter(|&c| c <= self.ts) else {
+            return Ok(None);
+        };
+        let Some(write) = self.reader.write_at(key, commit_ts)? else {
+            return Ok(None);
+        };
+        if !write.as_ref().check_gc_fence_as_latest_version(self.ts) {
+            return Ok(None);
+        }
+        match write.write_type {
+            WriteType::Delete => Ok(Some(None)),
+            WriteType::Put if self.omit_value => Ok(Some(Some(Vec::new()))),
+            WriteType::Put => self.reader.load_data(key, write).map(|v| Some(Some(v))),
+            WriteType::Lock | WriteType::Rollback => Ok(None),
+        }
     }
 
     /// The pending value of an access lock: its transaction committed, so

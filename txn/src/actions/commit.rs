@@ -58,7 +58,7 @@ pub fn commit<S: Snapshot>(
         // Another transaction's protected rollback claimed this very ts.
         write = write.set_overlapped_rollback(true, None);
     }
-    txn.put_write(key.clone(), commit_ts, &write);
+    txn.put_commit(key.clone(), commit_ts, &write);
     Ok(Some(unlock(txn, key, commit_ts)))
 }
 

@@ -523,7 +523,7 @@ fn commit_one_pc(txn: &mut MvccTxn, locks: Vec<(Key, Lock)>, commit_ts: TimeStam
         let write = Write::new(write_type, lock.ts, lock.short_value)
             .set_last_change(lock.last_change)
             .set_txn_source(lock.txn_source);
-        txn.put_write(key, commit_ts, &write);
+        txn.put_commit(key, commit_ts, &write);
     }
     Ok(())
 }

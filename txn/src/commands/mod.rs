@@ -57,20 +57,29 @@ pub struct WriteResult<T> {
     pub output: T,
     /// Memory locks to hold until the modifications are in the engine.
     pub guards: Vec<KeyGuard>,
+    /// The data versions (Put and Delete commit records) the batch writes,
+    /// each the newest of its key ([`MvccTxn::committed_versions`]): the
+    /// region notes them as version hints before the batch is written.
+    pub committed: Vec<(Key, TimeStamp)>,
 }
 
 impl<T> WriteResult<T> {
     /// The modifications buffered in `txn`, with no memory locks.
-    pub fn new(txn: MvccTxn, output: T) -> Self {
-        Self::from_batch(txn.into_write_batch(), output)
+    pub fn new(mut txn: MvccTxn, output: T) -> Self {
+        let committed = txn.take_committed_versions();
+        WriteResult {
+            committed,
+            ..Self::from_batch(txn.into_write_batch(), output)
+        }
     }
 
-    /// A batch of modifications, with no memory locks.
+    /// A batch of modifications, with no memory locks and no commits.
     pub fn from_batch(batch: WriteBatch, output: T) -> Self {
         WriteResult {
             batch,
             output,
             guards: Vec::new(),
+            committed: Vec::new(),
         }
     }
 }

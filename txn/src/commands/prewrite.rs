@@ -223,7 +223,9 @@ impl WriteCommand for Prewrite {
                 Some(lock)
             });
         }
+        let mut txn = txn;
         Ok(WriteResult {
+            committed: txn.take_committed_versions(),
             batch: txn.into_write_batch(),
             output: result,
             guards,

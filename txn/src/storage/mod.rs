@@ -172,10 +172,15 @@ impl<E: Engine> Storage<E> {
         let deadline = options.max_execution_duration.map(|d| Instant::now() + d);
         let job = Box::new(move |input: JobInput<'_, E>| {
             let outcome = match input {
-                JobInput::Run { engine, cm } => cmd.process(WriteContext {
-                    snapshot: engine.latest(),
-                    cm,
-                }),
+                JobInput::Run { engine, cm } => cmd
+                    .process(WriteContext {
+                        snapshot: engine.latest(),
+                        cm,
+                    })
+                    // The versions are noted before they are written (see
+                    // `VersionHints`); a write that then fails leaves hints
+                    // to records that are not there, which readers skip.
+                    .inspect(|result| cm.note_committed(&result.committed)),
                 JobInput::Abort(e) => Err(e),
             };
             match outcome {

@@ -317,3 +317,87 @@ fn unlock_removes_only_the_transactions_own_locks_and_leaves_no_record() {
         ts(11)
     );
 }
+
+/// Point reads fetch a key's newest data version by point get when the
+/// region noted it at commit (version hints): every answer equals what a
+/// seek gives, over a Rollback and a Lock record above the data, a Delete,
+/// reads below the newest version, and a 1PC commit whose write failed
+/// after its version was noted. Checked against a region without hints
+/// reading the same engine.
+#[test]
+fn point_reads_with_version_hints_answer_as_seeks_do() {
+    use crate::testing::FaultyEngine;
+    let engine = FaultyEngine::new(percolate_engine::testing::temp_rocks_engine());
+    let storage = Storage::new(engine.clone(), StorageConfig::default());
+    // Reads through a second region over the same engine: it committed
+    // nothing, so it has no hints and always seeks.
+    let seeker = Storage::new(engine.clone(), StorageConfig::default());
+    let k = key("k");
+    let agree = |read_ts: u64, expected: Option<&str>| {
+        let hinted = storage.get(k.clone(), ts(read_ts)).unwrap();
+        let sought = seeker.get(k.clone(), ts(read_ts)).unwrap();
+        assert_eq!(hinted, sought, "read at {read_ts}");
+        assert_eq!(
+            hinted,
+            expected.map(|v| v.as_bytes().to_vec()),
+            "read at {read_ts}"
+        );
+    };
+    let put = |start: u64, commit: u64, value: &str| {
+        let m = vec![Mutation::put(k.clone(), value.as_bytes().to_vec())];
+        storage.prewrite(Prewrite::new(m, b"k", ts(start))).unwrap();
+        storage
+            .commit(vec![k.clone()], ts(start), ts(commit))
+            .unwrap();
+    };
+    put(10, 11, "v1");
+    assert_eq!(
+        storage
+            .concurrency_manager()
+            .version_hints()
+            .newest_data_version(&k),
+        Some(ts(11))
+    );
+    agree(12, Some("v1"));
+    agree(10, None);
+    // A Rollback record above the data version.
+    storage.batch_rollback(vec![k.clone()], ts(20)).unwrap();
+    agree(25, Some("v1"));
+    // A Lock record above it.
+    let lock_only = vec![Mutation::lock(k.clone())];
+    storage
+        .prewrite(Prewrite::new(lock_only, b"k", ts(30)))
+        .unwrap();
+    storage.commit(vec![k.clone()], ts(30), ts(31)).unwrap();
+    agree(40, Some("v1"));
+    // A Delete, and reads below it.
+    let delete = vec![Mutation::delete(k.clone())];
+    storage
+        .prewrite(Prewrite::new(delete, b"k", ts(50)))
+        .unwrap();
+    storage.commit(vec![k.clone()], ts(50), ts(51)).unwrap();
+    agree(60, None);
+    agree(45, Some("v1"));
+    put(70, 71, "v2");
+    agree(80, Some("v2"));
+    agree(60, None);
+    // A 1PC commit noted, then not written.
+    engine.fail_next_writes(1);
+    let one_pc = Prewrite::new(
+        vec![Mutation::put(k.clone(), b"lost".to_vec())],
+        b"k",
+        ts(90),
+    )
+    .one_pc(TimeStamp::zero());
+    assert!(storage.prewrite(one_pc).is_err());
+    let noted = storage
+        .concurrency_manager()
+        .version_hints()
+        .newest_data_version(&k)
+        .unwrap();
+    assert!(
+        noted > ts(90),
+        "the failed commit's version was noted: {noted}"
+    );
+    agree(noted.into_inner() + 10, Some("v2"));
+}

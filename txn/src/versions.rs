@@ -1,0 +1,117 @@
+//! Version hints: the newest data version of recently committed keys, so
+//! that a point read can fetch it with a point get instead of a seek.
+//!
+//! A RocksDB point get stops at the first level that holds the key (for a
+//! key updated recently, the memtable), guided by bloom filters; a seek for
+//! `key@ts` must position a cursor in every level. A region notes the
+//! commit_ts of every Put or Delete its commits write, before writing it
+//! (see [`MvccTxn::put_commit`](percolate_mvcc::MvccTxn::put_commit) for
+//! why a commit's record is the key's newest data version), and readers
+//! ask here once they have judged the key's lock (the argument is on
+//! [`VersionHints`]).
+//!
+//! The table is a fixed array of slots, each holding one key and its
+//! version, a key going to the slot its hash picks: a newer key in the
+//! same slot pushes the older one out, and a key that is not in its slot
+//! is simply read with a seek. Its memory is bounded: 65,536 slots per
+//! region (about 2 MiB with short keys).
+
+use parking_lot::Mutex;
+use percolate_mvcc::{Key, TimeStamp, VersionHints};
+
+/// Shards of the slot array, each behind its own lock.
+const SHARDS: usize = 64;
+
+/// Slots per shard.
+const SLOTS_PER_SHARD: usize = 1024;
+
+/// The newest data versions of recently committed keys.
+pub(crate) struct VersionCache {
+    shards: Box<[Mutex<Vec<Option<(Key, TimeStamp)>>>]>,
+}
+
+impl std::fmt::Debug for VersionCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VersionCache").finish_non_exhaustive()
+    }
+}
+
+impl Default for VersionCache {
+    fn default() -> Self {
+        VersionCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
+        }
+    }
+}
+
+impl VersionCache {
+    /// Notes that `key`'s newest data version is (about to be) `commit_ts`.
+    /// Called before the record is written.
+    pub(crate) fn note(&self, key: &Key, commit_ts: TimeStamp) {
+        let (shard, slot) = place(key);
+        let mut slots = self.shards[shard].lock();
+        if slots.is_empty() {
+            slots.resize(SLOTS_PER_SHARD, None);
+        }
+        match &mut slots[slot] {
+            // Commits of one key write ascending versions; a retried
+            // command may note an old one again.
+            Some((held, version)) if held == key => *version = (*version).max(commit_ts),
+            other => *other = Some((key.clone(), commit_ts)),
+        }
+    }
+}
+
+impl VersionHints for VersionCache {
+    fn newest_data_version(&self, key: &Key) -> Option<TimeStamp> {
+        let (shard, slot) = place(key);
+        let slots = self.shards[shard].lock();
+        match slots.get(slot)? {
+            Some((held, version)) if held == key => Some(*version),
+            _ => None,
+        }
+    }
+}
+
+/// The shard and slot of `key`: FNV-1a over its encoded bytes.
+fn place(key: &Key) -> (usize, usize) {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key.as_encoded() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let slot = (hash as usize) % (SHARDS * SLOTS_PER_SHARD);
+    (slot / SLOTS_PER_SHARD, slot % SLOTS_PER_SHARD)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_reads_its_newest_noted_version() {
+        let cache = VersionCache::default();
+        let (a, b) = (Key::from_raw(b"a"), Key::from_raw(b"b"));
+        assert_eq!(cache.newest_data_version(&a), None);
+        cache.note(&a, TimeStamp::new(10));
+        cache.note(&a, TimeStamp::new(30));
+        cache.note(&a, TimeStamp::new(20));
+        assert_eq!(cache.newest_data_version(&a), Some(TimeStamp::new(30)));
+        assert_eq!(cache.newest_data_version(&b), None);
+    }
+
+    #[test]
+    fn a_key_pushed_out_of_its_slot_has_no_hint() {
+        let cache = VersionCache::default();
+        let first = Key::from_raw(b"first");
+        let slot = place(&first);
+        let other = (0u32..)
+            .map(|i| Key::from_raw(format!("other-{i}").as_bytes()))
+            .find(|k| place(k) == slot)
+            .expect("some key shares the slot");
+        cache.note(&first, TimeStamp::new(5));
+        cache.note(&other, TimeStamp::new(7));
+        assert_eq!(cache.newest_data_version(&first), None);
+        assert_eq!(cache.newest_data_version(&other), Some(TimeStamp::new(7)));
+    }
+}
