@@ -25,9 +25,12 @@ const SHARDS: usize = 64;
 /// Slots per shard.
 const SLOTS_PER_SHARD: usize = 1024;
 
+/// A key and its newest data version, or nothing.
+type Slot = Option<(Key, TimeStamp)>;
+
 /// The newest data versions of recently committed keys.
 pub(crate) struct VersionCache {
-    shards: Box<[Mutex<Vec<Option<(Key, TimeStamp)>>>]>,
+    shards: Box<[Mutex<Vec<Slot>>]>,
 }
 
 impl std::fmt::Debug for VersionCache {
