@@ -37,12 +37,11 @@ use crate::concurrency_manager::{ConcurrencyManager, KeyGuard};
 /// latches were acquired, and the region's concurrency manager.
 #[derive(Debug)]
 pub struct WriteContext<'a, S> {
-    /// The view to read: the engine's latest data
-    /// ([`Engine::latest`](percolate_engine::Engine::latest)). No other
-    /// command writes the keys this one holds latches on until it is done,
-    /// so for those keys it reads exactly what a snapshot would, without
-    /// the cost of pinning one; keys outside the latches may change between
-    /// two reads.
+    /// The view to read: the engine's latest data ([`Engine::latest`]). No
+    /// other command writes the keys this one holds latches on until it is
+    /// done, so for those keys it reads exactly what a snapshot would,
+    /// without the cost of pinning one; keys outside the latches may change
+    /// between two reads.
     pub snapshot: S,
     /// The region's `max_ts` and memory locks.
     pub cm: &'a ConcurrencyManager,

@@ -5,7 +5,7 @@
 
 use percolate_engine::{Cf, EngineIterator, Snapshot};
 
-use super::{ChunkKey, Committed, Entry, SEEK_BOUND, ScannerCore, Span};
+use super::{Committed, SEEK_BOUND, ScannerCore, Span};
 use crate::codec::encode_u64_desc;
 use crate::reader::mvcc_reader::{parse_version, split_stored_key};
 use crate::{Error, Key, Result, TimeStamp, WriteRef, WriteType};
@@ -37,72 +37,19 @@ enum Visible {
 }
 
 impl<S: Snapshot> ScannerCore<S> {
-    /// Reads the next chunk going forward: the committed values of up to a
-    /// chunk's worth of user keys, then the locks from where the last chunk
-    /// ended up to the last of these keys (to the scan's end when the write
-    /// cursor ran out), merged into the buffer.
-    pub(super) fn fill_forward(&mut self) -> Result<()> {
-        if !self.started {
-            self.started = true;
-            self.statistics.write.seek += 1;
-            self.write.seek_to_first()?;
-        }
-        self.arena.clear();
-        let wanted = self.chunk_keys();
-        let mut chunk = std::mem::take(&mut self.chunk);
-        chunk.clear();
-        let mut failure = None;
-        while chunk.len() < wanted {
-            let (key, first_ts) = match Self::write_head(&self.write) {
-                Ok(Some((user, first_ts))) => (Self::stash(&mut self.arena, user), first_ts),
-                Ok(None) => break,
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            };
-            let user = self.take_scratch(key.clone());
-            let committed = self.read_key(&user, first_ts);
-            self.scratch = user;
-            match committed {
-                Err(e) if !Self::is_per_key(&e) => {
-                    failure = Some(e);
-                    break;
-                }
-                Err(e) => chunk.push(ChunkKey {
-                    key,
-                    committed: Committed::Failed(Box::new(e)),
-                }),
-                Ok(committed) => chunk.push(ChunkKey { key, committed }),
-            }
-        }
-        // The locks of the keys read: up to just past the last one, or to
-        // the end of the range when nothing is left to read.
-        let exhausted = failure.is_none() && chunk.len() < wanted;
-        let upper = match chunk.last() {
-            Some(last) if !exhausted => {
-                let mut past = self.arena[last.key.clone()].to_vec();
-                past.push(0);
-                Some(past)
-            }
-            _ if exhausted => None,
-            // A failure before the first key: no lock to look at.
-            _ => self.resume.clone(),
+    /// Visits the user key under the write cursor going forward: its key
+    /// (in the arena) and what the write CF says of it, the cursor left on
+    /// the next key. `None` past the last key; `Err` when the cursor
+    /// failed.
+    pub(super) fn step_forward(&mut self) -> Result<Option<(Span, Result<Committed>)>> {
+        let Some((user, first_ts)) = Self::write_head(&self.write)? else {
+            return Ok(None);
         };
-        let locks = if exhausted || !chunk.is_empty() {
-            self.locks_in(self.resume.clone(), upper.clone())?
-        } else {
-            Vec::new()
-        };
-        self.resume = upper;
-        self.merge(chunk, locks)?;
-        if let Some(e) = failure {
-            self.buffer.push_back(Entry::Failed(Box::new(e)));
-            self.done = true;
-        } else if exhausted {
-            self.done = true;
-        }
-        Ok(())
+        let key = Self::stash(&mut self.arena, user);
+        let user = self.take_scratch(key.clone());
+        let committed = self.read_key(&user, first_ts);
+        self.scratch = user;
+        Ok(Some((key, committed)))
     }
 
     fn step_write(&mut self) -> Result<bool> {

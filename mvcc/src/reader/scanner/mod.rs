@@ -326,16 +326,88 @@ impl<S: Snapshot> ScannerCore<S> {
             if self.done {
                 return Ok(None);
             }
-            let filled = if self.config.reverse {
-                self.fill_backward()
-            } else {
-                self.fill_forward()
-            };
-            if let Err(e) = filled {
+            if let Err(e) = self.fill() {
                 self.done = true;
                 return Err(e);
             }
         }
+    }
+
+    /// Reads the next chunk: the committed values of up to a chunk's worth
+    /// of user keys in scan order, then the locks of the key range from
+    /// where the last chunk ended to the last of these keys (to the end of
+    /// the scan's range when the write cursor ran out), merged into the
+    /// buffer.
+    fn fill(&mut self) -> Result<()> {
+        let reverse = self.config.reverse;
+        if !self.started {
+            self.started = true;
+            self.statistics.write.seek += 1;
+            if reverse {
+                self.write.seek_to_last()?;
+            } else {
+                self.write.seek_to_first()?;
+            }
+        }
+        self.arena.clear();
+        let wanted = self.chunk_keys();
+        let mut chunk = std::mem::take(&mut self.chunk);
+        chunk.clear();
+        let mut failure = None;
+        while chunk.len() < wanted {
+            let step = if reverse {
+                self.step_backward()
+            } else {
+                self.step_forward()
+            };
+            match step {
+                Ok(None) => break,
+                Ok(Some((key, Ok(committed)))) => chunk.push(ChunkKey { key, committed }),
+                Ok(Some((key, Err(e)))) if Self::is_per_key(&e) => chunk.push(ChunkKey {
+                    key,
+                    committed: Committed::Failed(Box::new(e)),
+                }),
+                Ok(Some((_, Err(e)))) | Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        // Where this chunk's lock range ends and the next one's begins: just
+        // past the last key going forward, at it going backward; the end of
+        // the scan's range when nothing is left to read; and, after a
+        // failure before the first key, where it began (no range at all).
+        let exhausted = failure.is_none() && chunk.len() < wanted;
+        let edge = match chunk.last() {
+            _ if exhausted => None,
+            Some(last) => {
+                let mut edge = self.arena[last.key.clone()].to_vec();
+                if !reverse {
+                    edge.push(0);
+                }
+                Some(edge)
+            }
+            None => self.resume.clone(),
+        };
+        let locks = if exhausted || !chunk.is_empty() {
+            let (lower, upper) = if reverse {
+                (edge.clone(), self.resume.clone())
+            } else {
+                (self.resume.clone(), edge.clone())
+            };
+            self.locks_in(lower, upper)?
+        } else {
+            Vec::new()
+        };
+        self.resume = edge;
+        self.merge(chunk, locks)?;
+        if let Some(e) = failure {
+            self.buffer.push_back(Entry::Failed(Box::new(e)));
+            self.done = true;
+        } else if exhausted {
+            self.done = true;
+        }
+        Ok(())
     }
 
     /// The user key and commit_ts of the record under the write cursor.
