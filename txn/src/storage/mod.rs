@@ -125,7 +125,9 @@ impl<E: Engine> Storage<E> {
         }
     }
 
-    /// The engine underneath.
+    /// The engine underneath. Read it freely; a write made to it directly
+    /// bypasses the region's latches, memory locks and version hints, so
+    /// transactional data must be written through the commands.
     pub fn engine(&self) -> &E {
         self.scheduler.engine()
     }
