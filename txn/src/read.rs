@@ -132,10 +132,13 @@ pub fn batch_get<E: Engine>(
             })?;
         }
     }
-    let mut getter = point_getter(engine, cm, ts, options);
     let mut pairs = Vec::with_capacity(keys.len());
     for key in keys {
-        match getter.get(key) {
+        // A getter per key: over the latest data, a reused getter's write
+        // cursor would read versions as of its first key, from before this
+        // key's lock was checked (its cursor comes from the engine's pool,
+        // so a new getter costs a refresh, not a new cursor).
+        match point_getter(engine, cm, ts, options).get(key) {
             Ok(Some(value)) => pairs.push(Ok((key.clone(), value))),
             Ok(None) => {}
             Err(e @ percolate_mvcc::Error::KeyIsLocked(_)) => pairs.push(Err(e.into())),

@@ -109,8 +109,13 @@ impl<S: Snapshot> PointGetterBuilder<S> {
     }
 }
 
-/// Reads single keys of one snapshot at one timestamp. Reuse it for many
-/// keys: its write-CF cursor stays open between reads.
+/// Reads single keys of one snapshot at one timestamp. Over a snapshot from
+/// [`Engine::snapshot`](percolate_engine::Engine::snapshot), reuse it for
+/// many keys: its write-CF cursor stays open between reads. Over the latest
+/// data ([`Engine::latest`](percolate_engine::Engine::latest)), build one
+/// per key: a cursor reads the data as of its first use, so a reused one
+/// would read a later key's versions from before that key's lock was
+/// checked.
 pub struct PointGetter<S: Snapshot> {
     reader: MvccReader<S>,
     ts: TimeStamp,

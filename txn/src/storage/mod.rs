@@ -84,6 +84,12 @@ pub struct CommandOptions {
 }
 
 /// The region's command API over an engine (RocksDB by default).
+///
+/// Several storages may share one engine, as a [`Cluster`]'s regions do,
+/// only if they serve disjoint key ranges: each keeps its own latches,
+/// memory locks, `max_ts` and version hints for the keys it serves.
+///
+/// [`Cluster`]: crate::cluster::Cluster
 pub struct Storage<E: Engine = RocksEngine> {
     scheduler: Scheduler<E>,
     /// `None`: the whole key space.

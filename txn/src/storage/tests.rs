@@ -329,8 +329,9 @@ fn point_reads_with_version_hints_answer_as_seeks_do() {
     use crate::testing::FaultyEngine;
     let engine = FaultyEngine::new(percolate_engine::testing::temp_rocks_engine());
     let storage = Storage::new(engine.clone(), StorageConfig::default());
-    // Reads through a second region over the same engine: it committed
-    // nothing, so it has no hints and always seeks.
+    // Reads through a second storage over the same engine: it only reads
+    // (storages sharing an engine must not write the same keys), so it has
+    // no hints and always seeks.
     let seeker = Storage::new(engine.clone(), StorageConfig::default());
     let k = key("k");
     let agree = |read_ts: u64, expected: Option<&str>| {

@@ -189,10 +189,10 @@ impl<S: Snapshot> Scanner<S> {
 
 /// Keys a scanner reads ahead per chunk when its caller gave no hint (the
 /// first chunk; each next one doubles, up to [`MAX_CHUNK`]).
-const FIRST_CHUNK: usize = 16;
+const FIRST_CHUNK: usize = if cfg!(test) { 2 } else { 16 };
 
 /// The most user keys one chunk reads.
-const MAX_CHUNK: usize = 1024;
+const MAX_CHUNK: usize = if cfg!(test) { 8 } else { 1024 };
 
 /// A byte range of a scanner's arena.
 type Span = std::ops::Range<usize>;
@@ -389,13 +389,25 @@ impl<S: Snapshot> ScannerCore<S> {
             }
             None => self.resume.clone(),
         };
+        let mut edge = edge;
+        let mut exhausted = exhausted;
         let locks = if exhausted || !chunk.is_empty() {
             let (lower, upper) = if reverse {
                 (edge.clone(), self.resume.clone())
             } else {
                 (self.resume.clone(), edge.clone())
             };
-            self.locks_in(lower, upper)?
+            let (locks, full) = self.locks_in(lower, upper, MAX_CHUNK)?;
+            if full {
+                // More locks than a chunk takes (a large transaction's
+                // locks on keys without data, say): end the chunk at the
+                // last lock taken and read on from there next time.
+                let last = locks.last().map(|(key, _)| key.clone()).expect("full");
+                edge = Some(self.cut_chunk(&mut chunk, &last)?);
+                exhausted = false;
+                failure = None;
+            }
+            locks
         } else {
             Vec::new()
         };
@@ -408,6 +420,38 @@ impl<S: Snapshot> ScannerCore<S> {
             self.done = true;
         }
         Ok(())
+    }
+
+    /// Drops the keys of `chunk` past `last_lock` in scan order and puts the
+    /// write cursor back on the first of them (the first record past every
+    /// version of `last_lock`), so that the next chunk reads them again.
+    /// Returns the chunk's new edge.
+    fn cut_chunk(&mut self, chunk: &mut Vec<ChunkKey>, last_lock: &[u8]) -> Result<Vec<u8>> {
+        let reverse = self.config.reverse;
+        chunk.retain(|k| {
+            let key = &self.arena[k.key.clone()];
+            if reverse {
+                key >= last_lock
+            } else {
+                key <= last_lock
+            }
+        });
+        self.statistics.write.seek += 1;
+        if reverse {
+            // The encoded key alone sorts before `key@ts` for every ts.
+            self.write.seek_for_prev(last_lock)?;
+            Ok(last_lock.to_vec())
+        } else {
+            // `key@0` is the last position a version of `key` can take.
+            let mut past = Key::from_encoded(last_lock.to_vec())
+                .append_ts(TimeStamp::zero())
+                .into_encoded();
+            past.push(0);
+            self.write.seek(&past)?;
+            let mut edge = last_lock.to_vec();
+            edge.push(0);
+            Ok(edge)
+        }
     }
 
     /// The user key and commit_ts of the record under the write cursor.
@@ -435,16 +479,18 @@ impl<S: Snapshot> ScannerCore<S> {
         Key::from_encoded(buf)
     }
 
-    /// Every lock with a key in `[lower, upper)` (the scan's own bound where
+    /// The locks with a key in `[lower, upper)` (the scan's own bound where
     /// `None`), in scan order, read through one cursor bounded to that
-    /// range. Nothing at RC, which never reads the lock CF.
+    /// range: at most `most` of them, and whether more are left. Nothing at
+    /// RC, which never reads the lock CF.
     fn locks_in(
         &mut self,
         lower: Option<Vec<u8>>,
         upper: Option<Vec<u8>>,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        most: usize,
+    ) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool)> {
         if self.config.policy.isolation_level == IsolationLevel::Rc {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         }
         let mut options = IterOptions::new().fill_cache(self.config.fill_cache);
         options.lower_bound = lower.or_else(|| {
@@ -461,22 +507,31 @@ impl<S: Snapshot> ScannerCore<S> {
         });
         if let (Some(lower), Some(upper)) = (&options.lower_bound, &options.upper_bound) {
             if lower >= upper {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), false));
             }
         }
+        let reverse = self.config.reverse;
         let mut cursor = self.reader.snapshot().iter(Cf::Lock, options)?;
         self.statistics.lock.seek += 1;
         let mut locks = Vec::new();
-        let mut valid = cursor.seek_to_first()?;
+        let mut valid = if reverse {
+            cursor.seek_to_last()?
+        } else {
+            cursor.seek_to_first()?
+        };
         while valid {
+            if locks.len() == most {
+                return Ok((locks, true));
+            }
             locks.push((cursor.key().to_vec(), cursor.value().to_vec()));
             self.statistics.lock.next += 1;
-            valid = cursor.next()?;
+            valid = if reverse {
+                cursor.prev()?
+            } else {
+                cursor.next()?
+            };
         }
-        if self.config.reverse {
-            locks.reverse();
-        }
-        Ok(locks)
+        Ok((locks, false))
     }
 
     /// Merges a chunk of user keys (in scan order, with what the write CF
@@ -644,5 +699,89 @@ impl<S: Snapshot> ScannerCore<S> {
     /// than the state of the cursors.
     fn is_per_key(e: &Error) -> bool {
         matches!(e, Error::KeyIsLocked(_) | Error::WriteConflict { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use percolate_engine::MemoryEngine;
+    use percolate_engine::testing::temp_rocks_engine;
+
+    use crate::testing::{MvccFixture, ts};
+    use crate::{Error, Key, Lock, LockType};
+
+    /// With chunks of at most 8 keys and 8 locks (the test sizes), scans
+    /// over keys with data, runs of locks on keys without data (longer than
+    /// a chunk takes), locks of every outcome (blocking, ignored, read
+    /// through as an access lock) and released locks agree with point gets
+    /// of every key, in both directions and at several limits.
+    fn scans_cut_chunks_at_the_lock_limit<E: percolate_engine::Engine>(f: MvccFixture<E>) {
+        let key = |i: usize| format!("k{i:03}").into_bytes();
+        for i in (0..120).step_by(3) {
+            f.put_committed(&key(i), format!("v{i}").as_bytes(), 10, 11);
+        }
+        // A large transaction's locks on keys without data: 20 in a row.
+        for i in 40..80 {
+            if i % 3 != 0 {
+                f.prewrite_put(&key(i), b"pending", &key(40), 20);
+            }
+        }
+        // Locks above the read ts, Lock-type locks, and an access lock.
+        f.prewrite_put(&key(90), b"later", &key(90), 500);
+        f.prewrite_lock_only(&key(91), &key(91), 30);
+        f.put_lock(
+            &key(93),
+            Lock::new(LockType::Delete, key(93), ts(25), 3000),
+            None,
+        );
+        let show = |entry: Result<(Key, Vec<u8>), Error>| match entry {
+            Ok((k, v)) => format!("{k}={}", String::from_utf8_lossy(&v)),
+            Err(Error::KeyIsLocked(info)) => {
+                format!("{}=locked", String::from_utf8_lossy(&info.key))
+            }
+            Err(e) => panic!("unexpected error {e}"),
+        };
+        let read_ts = ts(100);
+        let expected: Vec<String> = (0..130)
+            .filter_map(|i| match f.get(&key(i), read_ts) {
+                Ok(Some(v)) => Some(show(Ok((Key::from_raw(&key(i)), v)))),
+                Ok(None) => None,
+                Err(e) => Some(show(Err(e))),
+            })
+            .collect();
+        assert!(expected.iter().filter(|e| e.ends_with("=locked")).count() > 20);
+        for reverse in [false, true] {
+            let mut want = expected.clone();
+            if reverse {
+                want.reverse();
+            }
+            for limit in [0, 1, 5, 9, 30, 200] {
+                let got: Vec<String> = f
+                    .scanner(read_ts)
+                    .reverse(reverse)
+                    .build()
+                    .unwrap()
+                    .scan(limit)
+                    .unwrap()
+                    .into_iter()
+                    .map(show)
+                    .collect();
+                let mut want = want.clone();
+                if limit > 0 {
+                    want.truncate(limit);
+                }
+                assert_eq!(got, want, "reverse {reverse}, limit {limit}");
+            }
+        }
+    }
+
+    #[test]
+    fn scans_cut_chunks_at_the_lock_limit_memory() {
+        scans_cut_chunks_at_the_lock_limit(MvccFixture::new(MemoryEngine::new()));
+    }
+
+    #[test]
+    fn scans_cut_chunks_at_the_lock_limit_rocks() {
+        scans_cut_chunks_at_the_lock_limit(MvccFixture::new(temp_rocks_engine()));
     }
 }
