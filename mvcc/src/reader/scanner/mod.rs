@@ -211,6 +211,9 @@ enum Committed {
     Failed(Box<Error>),
 }
 
+/// A lock as the lock CF holds it: the encoded key and the record's bytes.
+type RawLock = (Vec<u8>, Vec<u8>);
+
 /// A user key of a chunk (in the arena) and what the write CF says of it.
 struct ChunkKey {
     key: Span,
@@ -488,7 +491,7 @@ impl<S: Snapshot> ScannerCore<S> {
         lower: Option<Vec<u8>>,
         upper: Option<Vec<u8>>,
         most: usize,
-    ) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool)> {
+    ) -> Result<(Vec<RawLock>, bool)> {
         if self.config.policy.isolation_level == IsolationLevel::Rc {
             return Ok((Vec::new(), false));
         }
@@ -537,7 +540,7 @@ impl<S: Snapshot> ScannerCore<S> {
     /// Merges a chunk of user keys (in scan order, with what the write CF
     /// says of each) with the locks of the range they span (in scan order)
     /// into the buffer.
-    fn merge(&mut self, mut chunk: Vec<ChunkKey>, locks: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+    fn merge(&mut self, mut chunk: Vec<ChunkKey>, locks: Vec<RawLock>) -> Result<()> {
         let reverse = self.config.reverse;
         let mut locks = locks.into_iter().peekable();
         for ChunkKey { key, committed } in chunk.drain(..) {
