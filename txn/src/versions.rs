@@ -60,7 +60,15 @@ impl VersionCache {
             // Commits of one key write ascending versions; a retried
             // command may note an old one again.
             Some((held, version)) if held == key => *version = (*version).max(commit_ts),
-            other => *other = Some((key.clone(), commit_ts)),
+            // Another key's slot: take it over, reusing its key's buffer.
+            Some((held, version)) => {
+                let mut buf = std::mem::replace(held, Key::from_encoded(Vec::new())).into_encoded();
+                buf.clear();
+                buf.extend_from_slice(key.as_encoded());
+                *held = Key::from_encoded(buf);
+                *version = commit_ts;
+            }
+            empty @ None => *empty = Some((key.clone(), commit_ts)),
         }
     }
 }
