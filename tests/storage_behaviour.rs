@@ -116,6 +116,10 @@ impl<E: Engine> Engine for GatedEngine<E> {
         self.inner.latest()
     }
 
+    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
+        self.inner.write_epoch(prefix)
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate::engine::Result<()> {
         let hold = self.hold.lock().unwrap().take();
         if let Some(hold) = hold {

@@ -32,6 +32,7 @@
 //! ```
 
 mod batch;
+mod epochs;
 mod error;
 mod memory;
 mod rocks;
@@ -257,6 +258,17 @@ pub trait Engine: Clone + Send + Sync + 'static {
         self.snapshot()
     }
 
+    /// The write epoch of the write-CF records under `prefix` (a write-CF
+    /// key without its ts suffix): a counter that every write of such a
+    /// record bumps before it is applied, shared by the prefixes that hash
+    /// alike. A cache of what its owner last wrote under a prefix compares
+    /// it to learn that nothing else wrote there since. `None` where the
+    /// engine keeps no epochs, which is the default.
+    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
+        let _ = prefix;
+        None
+    }
+
     /// Applies every modification of `batch` atomically: after a crash either
     /// all of them are visible or none is.
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()>;
@@ -278,6 +290,14 @@ pub trait Snapshot: Clone + Send + Sync + 'static {
 
     /// An iterator over `cf`. It starts unpositioned: call a seek first.
     fn iter(&self, cf: Cf, options: IterOptions) -> Result<Self::Iter>;
+
+    /// The engine's current [`Engine::write_epoch`] of `prefix` (not as of
+    /// the snapshot: the count of writes up to now). `None` where the
+    /// engine keeps no epochs, which is the default.
+    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
+        let _ = prefix;
+        None
+    }
 }
 
 /// A cursor over one column family of a snapshot.

@@ -14,6 +14,8 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use crate::epochs::WriteEpochs;
+
 use crate::{
     Cf, Engine, EngineIterator, IterOptions, Modify, Result, SeekMode, Snapshot, WriteBatch,
     WriteOptions, write_key_prefix,
@@ -28,6 +30,8 @@ type Maps = [Map; Cf::ALL.len()];
 #[derive(Clone, Default)]
 pub struct MemoryEngine {
     current: Arc<RwLock<Arc<Maps>>>,
+    /// Write-CF write epochs ([`Engine::write_epoch`]).
+    epochs: Arc<WriteEpochs>,
 }
 
 impl MemoryEngine {
@@ -55,10 +59,16 @@ impl Engine for MemoryEngine {
     fn snapshot(&self) -> MemorySnapshot {
         MemorySnapshot {
             maps: self.current.read().clone(),
+            epochs: self.epochs.clone(),
         }
     }
 
+    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
+        Some(self.epochs.get(prefix))
+    }
+
     fn write(&self, batch: &WriteBatch, _options: WriteOptions) -> Result<()> {
+        self.epochs.bump(batch);
         let mut current = self.current.write();
         let maps = Arc::make_mut(&mut current);
         for modify in batch.modifies() {
@@ -110,6 +120,7 @@ fn range<'a>(
 #[derive(Clone)]
 pub struct MemorySnapshot {
     maps: Arc<Maps>,
+    epochs: Arc<WriteEpochs>,
 }
 
 impl std::fmt::Debug for MemorySnapshot {
@@ -120,6 +131,10 @@ impl std::fmt::Debug for MemorySnapshot {
 
 impl Snapshot for MemorySnapshot {
     type Iter = MemoryIterator;
+
+    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
+        Some(self.epochs.get(prefix))
+    }
 
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.maps[cf.index()].get(key).cloned())

@@ -41,6 +41,7 @@ use rocksdb::{
     DBRawIteratorWithThreadMode, Options, ReadOptions, SliceTransform, SnapshotWithThreadMode,
 };
 
+use crate::epochs::WriteEpochs;
 use crate::{
     Cf, Durability, Engine, EngineIterator, Error, IterOptions, Modify, Result, SeekMode, Snapshot,
     TS_SUFFIX_LEN, WriteBatch, WriteOptions,
@@ -94,6 +95,8 @@ struct Inner {
     path: PathBuf,
     /// Read options of point reads at the latest data (no snapshot).
     latest_read: ReadOptions,
+    /// Write-CF write epochs ([`Engine::write_epoch`]).
+    epochs: WriteEpochs,
     /// Held only to be removed on drop.
     _temp_dir: Option<tempfile::TempDir>,
 }
@@ -165,6 +168,7 @@ impl RocksEngine {
                 db,
                 path,
                 latest_read: ReadOptions::default(),
+                epochs: WriteEpochs::default(),
                 _temp_dir: temp_dir,
             }),
             cursors: Arc::new(CursorPool::new()),
@@ -313,7 +317,12 @@ impl Engine for RocksEngine {
         }
     }
 
+    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
+        Some(self.inner.epochs.get(prefix))
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
+        self.inner.epochs.bump(batch);
         let db = &self.inner.db;
         let handles = [
             handle(db, Cf::ALL[0])?,
@@ -406,11 +415,15 @@ impl std::fmt::Debug for RocksSnapshot {
 }
 
 impl RocksSnapshot {
-    fn db(&self) -> &DB {
+    fn inner(&self) -> &Inner {
         match &self.view {
-            View::Pinned(cell) => &cell.borrow_owner().db,
-            View::Latest(inner, _) => &inner.db,
+            View::Pinned(cell) => cell.borrow_owner(),
+            View::Latest(inner, _) => inner,
         }
+    }
+
+    fn db(&self) -> &DB {
+        &self.inner().db
     }
 }
 
@@ -461,6 +474,10 @@ impl Snapshot for RocksSnapshot {
         };
         let value = db.get_pinned_cf_opt(handle, data_key(key), read)?;
         Ok(value.map(|v| v.to_vec()))
+    }
+
+    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
+        Some(self.inner().epochs.get(prefix))
     }
 
     fn iter(&self, cf: Cf, options: IterOptions) -> Result<RocksIterator> {

@@ -213,6 +213,19 @@ impl ConcurrencyManager {
         }
     }
 
+    /// Confirms the versions noted by [`note_committed`](Self::note_committed)
+    /// once they are written, at `engine`'s write epochs read now.
+    pub fn confirm_committed<E: percolate_engine::Engine>(
+        &self,
+        engine: &E,
+        versions: &[(Key, TimeStamp)],
+    ) {
+        for (key, commit_ts) in versions {
+            let epoch = engine.write_epoch(key.as_encoded());
+            self.inner.versions.confirm(key, *commit_ts, epoch);
+        }
+    }
+
     /// The newest data versions of the keys this region committed
     /// recently, for point reads to fetch with a point get (see
     /// [`VersionHints`]).

@@ -10,6 +10,11 @@
 //! ask here once they have judged the key's lock (the argument is on
 //! [`VersionHints`]).
 //!
+//! A hint counts only once its record is written and only while the
+//! engine's write epoch of the key is the one read then: a record of the
+//! key written by anything else since (a write straight to the engine, say)
+//! moves the epoch on, and the read seeks as it would without hints.
+//!
 //! The table is a fixed array of slots, each holding one key and its
 //! version, a key going to the slot its hash picks: a newer key in the
 //! same slot pushes the older one out, and a key that is not in its slot
@@ -25,8 +30,9 @@ const SHARDS: usize = 64;
 /// Slots per shard.
 const SLOTS_PER_SHARD: usize = 1024;
 
-/// A key and its newest data version, or nothing.
-type Slot = Option<(Key, TimeStamp)>;
+/// A key, its newest data version, and the engine's write epoch once the
+/// version is written (`None` until then); or nothing.
+type Slot = Option<(Key, TimeStamp, Option<u64>)>;
 
 /// The newest data versions of recently committed keys.
 pub(crate) struct VersionCache {
@@ -48,8 +54,8 @@ impl Default for VersionCache {
 }
 
 impl VersionCache {
-    /// Notes that `key`'s newest data version is (about to be) `commit_ts`.
-    /// Called before the record is written.
+    /// Notes that `key`'s newest data version is (about to be) `commit_ts`,
+    /// unconfirmed. Called before the record is written.
     pub(crate) fn note(&self, key: &Key, commit_ts: TimeStamp) {
         let (shard, slot) = place(key);
         let mut slots = self.shards[shard].lock();
@@ -58,27 +64,46 @@ impl VersionCache {
         }
         match &mut slots[slot] {
             // Commits of one key write ascending versions; a retried
-            // command may note an old one again.
-            Some((held, version)) if held == key => *version = (*version).max(commit_ts),
+            // command may note an old one again, which changes nothing.
+            Some((held, version, epoch)) if held == key => {
+                if commit_ts > *version {
+                    *version = commit_ts;
+                    *epoch = None;
+                }
+            }
             // Another key's slot: take it over, reusing its key's buffer.
-            Some((held, version)) => {
+            Some((held, version, epoch)) => {
                 let mut buf = std::mem::replace(held, Key::from_encoded(Vec::new())).into_encoded();
                 buf.clear();
                 buf.extend_from_slice(key.as_encoded());
                 *held = Key::from_encoded(buf);
                 *version = commit_ts;
+                *epoch = None;
             }
-            empty @ None => *empty = Some((key.clone(), commit_ts)),
+            empty @ None => *empty = Some((key.clone(), commit_ts, None)),
+        }
+    }
+
+    /// Confirms `key`'s noted version `commit_ts` once its record is
+    /// written, at the engine's write epoch of the key read after the write
+    /// (`None`: the engine keeps none, and the hint is never used).
+    pub(crate) fn confirm(&self, key: &Key, commit_ts: TimeStamp, write_epoch: Option<u64>) {
+        let (shard, slot) = place(key);
+        let mut slots = self.shards[shard].lock();
+        if let Some(Some((held, version, epoch))) = slots.get_mut(slot) {
+            if held == key && *version == commit_ts {
+                *epoch = write_epoch;
+            }
         }
     }
 }
 
 impl VersionHints for VersionCache {
-    fn newest_data_version(&self, key: &Key) -> Option<TimeStamp> {
+    fn newest_data_version(&self, key: &Key) -> Option<(TimeStamp, u64)> {
         let (shard, slot) = place(key);
         let slots = self.shards[shard].lock();
         match slots.get(slot)? {
-            Some((held, version)) if held == key => Some(*version),
+            Some((held, version, Some(epoch))) if held == key => Some((*version, *epoch)),
             _ => None,
         }
     }
@@ -106,8 +131,17 @@ mod tests {
         assert_eq!(cache.newest_data_version(&a), None);
         cache.note(&a, TimeStamp::new(10));
         cache.note(&a, TimeStamp::new(30));
+        // Not confirmed yet: no hint.
+        assert_eq!(cache.newest_data_version(&a), None);
+        cache.confirm(&a, TimeStamp::new(30), Some(7));
         cache.note(&a, TimeStamp::new(20));
-        assert_eq!(cache.newest_data_version(&a), Some(TimeStamp::new(30)));
+        assert_eq!(cache.newest_data_version(&a), Some((TimeStamp::new(30), 7)));
+        // A confirmation of an older version changes nothing.
+        cache.confirm(&a, TimeStamp::new(20), Some(9));
+        assert_eq!(cache.newest_data_version(&a), Some((TimeStamp::new(30), 7)));
+        // A newer version is unconfirmed until written.
+        cache.note(&a, TimeStamp::new(40));
+        assert_eq!(cache.newest_data_version(&a), None);
         assert_eq!(cache.newest_data_version(&b), None);
     }
 
@@ -121,8 +155,13 @@ mod tests {
             .find(|k| place(k) == slot)
             .expect("some key shares the slot");
         cache.note(&first, TimeStamp::new(5));
+        cache.confirm(&first, TimeStamp::new(5), Some(1));
         cache.note(&other, TimeStamp::new(7));
+        cache.confirm(&other, TimeStamp::new(7), Some(2));
         assert_eq!(cache.newest_data_version(&first), None);
-        assert_eq!(cache.newest_data_version(&other), Some(TimeStamp::new(7)));
+        assert_eq!(
+            cache.newest_data_version(&other),
+            Some((TimeStamp::new(7), 2))
+        );
     }
 }

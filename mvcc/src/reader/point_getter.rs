@@ -20,15 +20,21 @@ use crate::{Key, LockType, Result, TimeStamp, WriteType};
 /// Where a point read can learn a key's newest data version without a
 /// cursor: a region keeps one for the keys its commits wrote recently.
 ///
-/// A hint is the commit_ts of the newest Put or Delete record of the key
-/// that a write has begun to store. The getter asks after it has judged the
-/// key's lock, and looks the record up by point get: a write that stored a
-/// newer version before the read began has also updated the hint before it
-/// did, and a hint whose record is not there (yet, or any longer) costs
-/// only the lookup before the usual seek.
+/// A hint is the commit_ts of the newest Put or Delete record of the key,
+/// noted before the record was written, and the engine's write epoch of the
+/// key's records ([`Engine::write_epoch`]) once it was written. The getter
+/// asks after it has judged the key's lock, uses the hint only while the
+/// epoch is still the engine's (no record of the key, or of a key hashing
+/// alike, was written since), and looks the record up by point get. A write
+/// that stored a newer version before the read began noted it first, and a
+/// hint whose record is not there costs only the lookup before the usual
+/// seek.
+///
+/// [`Engine::write_epoch`]: percolate_engine::Engine::write_epoch
 pub trait VersionHints: Send + Sync {
-    /// The newest data version of `key` known, if any.
-    fn newest_data_version(&self, key: &Key) -> Option<TimeStamp>;
+    /// The newest data version of `key` known and the write epoch it was
+    /// confirmed at, if any.
+    fn newest_data_version(&self, key: &Key) -> Option<(TimeStamp, u64)>;
 }
 
 /// Builds a [`PointGetter`].
@@ -171,9 +177,13 @@ impl<S: Snapshot> PointGetter<S> {
         let Some(hints) = &self.hints else {
             return Ok(None);
         };
-        let Some(commit_ts) = hints.newest_data_version(key).filter(|&c| c <= self.ts) else {
+        let Some((commit_ts, epoch)) = hints.newest_data_version(key) else {
             return Ok(None);
         };
+        let current = self.reader.snapshot().write_epoch(key.as_encoded());
+        if commit_ts > self.ts || current != Some(epoch) {
+            return Ok(None);
+        }
         let Some(write) = self.reader.write_at(key, commit_ts)? else {
             return Ok(None);
         };

@@ -179,23 +179,28 @@ impl<E: Engine> Storage<E> {
         let (completer, answer) = pending::<C::Output>();
         let deadline = options.max_execution_duration.map(|d| Instant::now() + d);
         let job = Box::new(move |input: JobInput<'_, E>| {
-            let outcome = match input {
-                JobInput::Run { engine, cm } => cmd
-                    .process(WriteContext {
+            let (outcome, region) = match input {
+                JobInput::Run { engine, cm } => (
+                    cmd.process(WriteContext {
                         snapshot: engine.latest(),
                         cm,
                     })
-                    // The versions are noted before they are written (see
-                    // `VersionHints`); a write that then fails leaves hints
-                    // to records that are not there, which readers skip.
+                    // The versions are noted before they are written and
+                    // confirmed after (see `VersionHints`); a write that
+                    // fails leaves them unconfirmed, never used.
                     .inspect(|result| cm.note_committed(&result.committed)),
-                JobInput::Abort(e) => Err(e),
+                    Some((engine.clone(), cm.clone())),
+                ),
+                JobInput::Abort(e) => (Err(e), None),
             };
             match outcome {
                 Ok(result) => crate::scheduler::Finish {
                     batch: result.batch,
                     guards: result.guards,
                     reply: Box::new(move |written: Result<()>| {
+                        if let (Ok(()), Some((engine, cm))) = (&written, &region) {
+                            cm.confirm_committed(engine, &result.committed);
+                        }
                         completer.complete(written.map(|()| result.output));
                     }),
                 },

@@ -71,6 +71,10 @@ impl<E: Engine> Engine for FaultyEngine<E> {
         self.inner.latest()
     }
 
+    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
+        self.inner.write_epoch(prefix)
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate_engine::Result<()> {
         drop(self.state.gate.lock());
         self.state.writes.fetch_add(1, Ordering::SeqCst);
