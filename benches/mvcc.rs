@@ -102,40 +102,46 @@ fn shuffled_keys() -> Vec<usize> {
     order
 }
 
-fn bench_point_get(c: &mut Criterion) {
-    let mvcc = mvcc_engine();
+/// Point reads of every key in a shuffled order through `get`, against raw
+/// gets of the same keys stored plainly: criterion's figures in the group
+/// `group` (`name` for percolate's function) and a `RATIO` line.
+fn bench_point_reads(
+    c: &mut Criterion,
+    group: &str,
+    name: &str,
+    ratio: &str,
+    mut get: impl FnMut(&Key) -> Vec<u8>,
+) {
     let raw = raw_db();
     let order = shuffled_keys();
     let encoded: Vec<Key> = order.iter().map(|&i| Key::from_raw(&user_key(i))).collect();
     let plain: Vec<Vec<u8>> = order.iter().map(|&i| user_key(i)).collect();
-    let read_ts = TimeStamp::new(100);
-    let mut getter = PointGetterBuilder::new(mvcc.snapshot(), read_ts).build();
     let db = raw.raw_db();
     let cf = db.cf_handle(Cf::Default.name()).unwrap();
 
-    let mut group = c.benchmark_group("point_get");
+    let mut bench = c.benchmark_group(group);
     let mut i = 0;
-    group.bench_function("percolate_point_getter", |b| {
+    bench.bench_function(name, |b| {
         b.iter(|| {
             i = (i + 1) % KEYS;
-            black_box(getter.get(&encoded[i]).unwrap().unwrap())
+            black_box(get(&encoded[i]))
         })
     });
-    group.bench_function("raw_rocksdb_get", |b| {
+    bench.bench_function("raw_rocksdb_get", |b| {
         b.iter(|| {
             i = (i + 1) % KEYS;
             black_box(db.get_cf(cf, &plain[i]).unwrap().unwrap())
         })
     });
-    group.finish();
+    bench.finish();
 
     support::print_ratio(
-        "point_get percolate/raw (target >= 0.60)",
+        ratio,
         KEYS as u64,
         15,
         || {
             for key in &encoded {
-                black_box(getter.get(key).unwrap().unwrap());
+                black_box(get(key));
             }
         },
         || {
@@ -143,6 +149,18 @@ fn bench_point_get(c: &mut Criterion) {
                 black_box(db.get_cf(cf, key).unwrap().unwrap());
             }
         },
+    );
+}
+
+fn bench_point_get(c: &mut Criterion) {
+    let mvcc = mvcc_engine();
+    let mut getter = PointGetterBuilder::new(mvcc.snapshot(), TimeStamp::new(100)).build();
+    bench_point_reads(
+        c,
+        "point_get",
+        "percolate_point_getter",
+        "point_get percolate/raw (target >= 0.60)",
+        |key| getter.get(key).unwrap().unwrap(),
     );
 }
 
@@ -232,50 +250,17 @@ fn bench_versions(c: &mut Criterion) {
 
 fn bench_point_get_fresh(c: &mut Criterion) {
     let mvcc = mvcc_engine();
-    let raw = raw_db();
-    let order = shuffled_keys();
-    let encoded: Vec<Key> = order.iter().map(|&i| Key::from_raw(&user_key(i))).collect();
-    let plain: Vec<Vec<u8>> = order.iter().map(|&i| user_key(i)).collect();
-    let read_ts = TimeStamp::new(100);
-    let get = |key: &Key| {
-        PointGetterBuilder::new(mvcc.latest(), read_ts)
-            .build()
-            .get(key)
-            .unwrap()
-            .unwrap()
-    };
-    let db = raw.raw_db();
-    let cf = db.cf_handle(Cf::Default.name()).unwrap();
-
-    let mut group = c.benchmark_group("point_get_fresh");
-    let mut i = 0;
-    group.bench_function("percolate_new_point_getter_per_read", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            black_box(get(&encoded[i]))
-        })
-    });
-    group.bench_function("raw_rocksdb_get", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            black_box(db.get_cf(cf, &plain[i]).unwrap().unwrap())
-        })
-    });
-    group.finish();
-
-    support::print_ratio(
+    bench_point_reads(
+        c,
+        "point_get_fresh",
+        "percolate_new_point_getter_per_read",
         "point_get_fresh percolate/raw (target >= 0.80)",
-        KEYS as u64,
-        15,
-        || {
-            for key in &encoded {
-                black_box(get(key));
-            }
-        },
-        || {
-            for key in &plain {
-                black_box(db.get_cf(cf, key).unwrap().unwrap());
-            }
+        |key| {
+            PointGetterBuilder::new(mvcc.latest(), TimeStamp::new(100))
+                .build()
+                .get(key)
+                .unwrap()
+                .unwrap()
         },
     );
 }
