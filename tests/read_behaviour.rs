@@ -14,7 +14,7 @@ mod common;
 
 use percolate::engine::testing::temp_rocks_engine;
 use percolate::engine::{Engine, MemoryEngine};
-use percolate::mvcc::testing::{MvccFixture, ts};
+use percolate::mvcc::testing::{MvccFixture, scan_shown, show_entry, ts};
 use percolate::mvcc::{
     Error, IsolationLevel, Key, Lock, LockType, PointGetterBuilder, RollbackProtection, TimeStamp,
     TsSet, Write, WriteConflictReason, WriteType,
@@ -39,7 +39,7 @@ fn set<const N: usize>(tss: [u64; N]) -> TsSet {
     tss.into_iter().collect()
 }
 
-/// Forward or backward scan results as `key => value` or `key => locked`.
+/// Forward or backward scan results as `key=value` or `key=locked@ts`.
 fn scan<E: Engine>(
     f: &MvccFixture<E>,
     read_ts: u64,
@@ -48,25 +48,7 @@ fn scan<E: Engine>(
         percolate::mvcc::ScannerBuilder<E::Snap>,
     ) -> percolate::mvcc::ScannerBuilder<E::Snap>,
 ) -> Vec<String> {
-    let mut scanner = configure(f.scanner(ts(read_ts)).reverse(reverse))
-        .build()
-        .unwrap();
-    scanner
-        .scan(0)
-        .unwrap()
-        .into_iter()
-        .map(|entry| match entry {
-            Ok((key, value)) => format!("{key}={}", String::from_utf8_lossy(&value)),
-            Err(Error::KeyIsLocked(info)) => {
-                format!(
-                    "{}=locked@{}",
-                    String::from_utf8_lossy(&info.key),
-                    info.lock_version
-                )
-            }
-            Err(e) => panic!("unexpected per-key error {e}"),
-        })
-        .collect()
+    scan_shown(configure(f.scanner(ts(read_ts)).reverse(reverse)), 0)
 }
 
 fn reversed(mut v: Vec<String>) -> Vec<String> {
@@ -934,18 +916,9 @@ fn scans_agree_with_point_gets_across_chunks<E: Engine>(f: MvccFixture<E>) {
     }
     let point = |i: usize, read_ts: u64| -> Option<String> {
         match get_with(&f, &key(i), read_ts, |b| b) {
-            Ok(Some(v)) => Some(format!(
-                "{}={}",
-                Key::from_raw(&key(i)),
-                String::from_utf8_lossy(&v)
-            )),
+            Ok(Some(v)) => Some(show_entry(Ok((Key::from_raw(&key(i)), v)))),
             Ok(None) => None,
-            Err(Error::KeyIsLocked(info)) => Some(format!(
-                "{}=locked@{}",
-                String::from_utf8_lossy(&info.key),
-                info.lock_version
-            )),
-            Err(e) => panic!("unexpected error {e}"),
+            Err(e) => Some(show_entry(Err(e))),
         }
     };
     for read_ts in [next_ts / 3, next_ts / 2, next_ts + 100] {
@@ -963,27 +936,10 @@ fn scans_agree_with_point_gets_across_chunks<E: Engine>(f: MvccFixture<E>) {
                 for limit in [0, 1, 15, 16, 17, 40, 1000] {
                     let lower = (lo > 0).then(|| Key::from_raw(&key(lo)));
                     let upper = (hi < KEYS).then(|| Key::from_raw(&key(hi)));
-                    let got: Vec<String> = f
-                        .scanner(ts(read_ts))
-                        .range(lower, upper)
-                        .reverse(reverse)
-                        .build()
-                        .unwrap()
-                        .scan(limit)
-                        .unwrap()
-                        .into_iter()
-                        .map(|entry| match entry {
-                            Ok((key, value)) => {
-                                format!("{key}={}", String::from_utf8_lossy(&value))
-                            }
-                            Err(Error::KeyIsLocked(info)) => format!(
-                                "{}=locked@{}",
-                                String::from_utf8_lossy(&info.key),
-                                info.lock_version
-                            ),
-                            Err(e) => panic!("unexpected per-key error {e}"),
-                        })
-                        .collect();
+                    let got = scan_shown(
+                        f.scanner(ts(read_ts)).range(lower, upper).reverse(reverse),
+                        limit,
+                    );
                     let mut want = in_range.clone();
                     if reverse {
                         want.reverse();
@@ -1003,16 +959,8 @@ fn scans_agree_with_point_gets_across_chunks<E: Engine>(f: MvccFixture<E>) {
         let mut streamed = Vec::new();
         loop {
             match scanner.next() {
-                Ok(Some((key, value))) => {
-                    streamed.push(format!("{key}={}", String::from_utf8_lossy(&value)))
-                }
                 Ok(None) => break,
-                Err(Error::KeyIsLocked(info)) => streamed.push(format!(
-                    "{}=locked@{}",
-                    String::from_utf8_lossy(&info.key),
-                    info.lock_version
-                )),
-                Err(e) => panic!("unexpected error {e}"),
+                entry => streamed.push(show_entry(entry.map(|pair| pair.expect("some")))),
             }
         }
         assert_eq!(streamed, expected, "streamed at read_ts {read_ts}");

@@ -8,11 +8,11 @@
 //! Rollback record. It checks nothing a real action would check; tests of
 //! the actions themselves live with the actions.
 
-use percolate_engine::{Engine, WriteOptions};
+use percolate_engine::{Engine, Snapshot, WriteOptions};
 
 use crate::{
-    Error, Key, Lock, LockType, MvccReader, MvccTxn, PointGetterBuilder, RollbackProtection,
-    ScannerBuilder, TimeStamp, Write, WriteType, is_short_value,
+    Error, Key, KvPair, Lock, LockType, MvccReader, MvccTxn, PointGetterBuilder,
+    RollbackProtection, ScannerBuilder, TimeStamp, Write, WriteType, is_short_value,
 };
 
 /// Writes MVCC records straight into an engine and reads them back.
@@ -24,6 +24,35 @@ pub struct MvccFixture<E: Engine> {
 /// Shorthand for a timestamp.
 pub fn ts(ts: u64) -> TimeStamp {
     TimeStamp::new(ts)
+}
+
+/// A read's answer about one key as text, to compare scans with point
+/// reads: `key=value` (the key as [`Key`] displays it), or
+/// `key=locked@lock_ts` for a key a pending transaction locks. Panics on any
+/// other error.
+pub fn show_entry(entry: Result<KvPair, Error>) -> String {
+    match entry {
+        Ok((key, value)) => format!("{key}={}", String::from_utf8_lossy(&value)),
+        Err(Error::KeyIsLocked(info)) => format!(
+            "{}=locked@{}",
+            String::from_utf8_lossy(&info.key),
+            info.lock_version
+        ),
+        Err(e) => panic!("unexpected error {e}"),
+    }
+}
+
+/// Up to `limit` entries (0: all) of the scan `builder` builds, each as
+/// [`show_entry`] shows it.
+pub fn scan_shown<S: Snapshot>(builder: ScannerBuilder<S>, limit: usize) -> Vec<String> {
+    builder
+        .build()
+        .unwrap()
+        .scan(limit)
+        .unwrap()
+        .into_iter()
+        .map(show_entry)
+        .collect()
 }
 
 impl<E: Engine> MvccFixture<E> {

@@ -344,12 +344,19 @@ fn point_reads_with_version_hints_answer_as_seeks_do() {
             "read at {read_ts}"
         );
     };
-    let put = |start: u64, commit: u64, value: &str| {
-        let m = vec![Mutation::put(k.clone(), value.as_bytes().to_vec())];
-        storage.prewrite(Prewrite::new(m, b"k", ts(start))).unwrap();
+    let commit = |mutation: Mutation, start: u64, commit: u64| {
+        let prewrite = Prewrite::new(vec![mutation], b"k", ts(start));
+        storage.prewrite(prewrite).unwrap();
         storage
             .commit(vec![k.clone()], ts(start), ts(commit))
             .unwrap();
+    };
+    let put = |start: u64, commit_ts: u64, value: &str| {
+        commit(
+            Mutation::put(k.clone(), value.as_bytes().to_vec()),
+            start,
+            commit_ts,
+        )
     };
     let hint = || {
         storage
@@ -366,18 +373,10 @@ fn point_reads_with_version_hints_answer_as_seeks_do() {
     storage.batch_rollback(vec![k.clone()], ts(20)).unwrap();
     agree(25, Some("v1"));
     // A Lock record above it.
-    let lock_only = vec![Mutation::lock(k.clone())];
-    storage
-        .prewrite(Prewrite::new(lock_only, b"k", ts(30)))
-        .unwrap();
-    storage.commit(vec![k.clone()], ts(30), ts(31)).unwrap();
+    commit(Mutation::lock(k.clone()), 30, 31);
     agree(40, Some("v1"));
     // A Delete, and reads below it.
-    let delete = vec![Mutation::delete(k.clone())];
-    storage
-        .prewrite(Prewrite::new(delete, b"k", ts(50)))
-        .unwrap();
-    storage.commit(vec![k.clone()], ts(50), ts(51)).unwrap();
+    commit(Mutation::delete(k.clone()), 50, 51);
     agree(60, None);
     agree(45, Some("v1"));
     put(70, 71, "v2");

@@ -8,7 +8,7 @@
 
 use percolate_engine::{EngineIterator, Snapshot};
 
-use super::{Committed, ScannerCore, Span};
+use super::{Committed, ScannerCore};
 use crate::{Key, Result};
 
 /// Scans descending keys. Built by [`ScannerBuilder`](super::ScannerBuilder).
@@ -28,22 +28,14 @@ impl<S: Snapshot> BackwardScanner<S> {
 }
 
 impl<S: Snapshot> ScannerCore<S> {
-    /// Visits the user key under the write cursor going backward: its key
-    /// (in the arena) and what the write CF says of it at the read ts, by
-    /// point lookup, the cursor left on the previous key. `None` before the
-    /// first key; `Err` when the cursor failed.
-    pub(super) fn step_backward(&mut self) -> Result<Option<(Span, Result<Committed>)>> {
-        let Some((user, _)) = Self::write_head(&self.write)? else {
-            return Ok(None);
-        };
-        let key = Self::stash(&mut self.arena, user);
-        let user = self.take_scratch(key.clone());
-        let committed = self.committed_at_ts(&user);
+    /// What the write CF says of `key` at the read ts, by point lookup;
+    /// then moves the write cursor to the last record before every version
+    /// of `key` (the outer `Err` when that move failed).
+    pub(super) fn read_key_backward(&mut self, key: &Key) -> Result<Result<Committed>> {
+        let committed = self.committed_at_ts(key);
         // The encoded key alone sorts before `key@ts` for every ts.
         self.statistics.write.seek += 1;
-        let moved = self.write.seek_for_prev(user.as_encoded());
-        self.scratch = user;
-        moved?;
-        Ok(Some((key, committed)))
+        self.write.seek_for_prev(key.as_encoded())?;
+        Ok(committed)
     }
 }

@@ -37,21 +37,6 @@ enum Visible {
 }
 
 impl<S: Snapshot> ScannerCore<S> {
-    /// Visits the user key under the write cursor going forward: its key
-    /// (in the arena) and what the write CF says of it, the cursor left on
-    /// the next key. `None` past the last key; `Err` when the cursor
-    /// failed.
-    pub(super) fn step_forward(&mut self) -> Result<Option<(Span, Result<Committed>)>> {
-        let Some((user, first_ts)) = Self::write_head(&self.write)? else {
-            return Ok(None);
-        };
-        let key = Self::stash(&mut self.arena, user);
-        let user = self.take_scratch(key.clone());
-        let committed = self.read_key(&user, first_ts);
-        self.scratch = user;
-        Ok(Some((key, committed)))
-    }
-
     fn step_write(&mut self) -> Result<bool> {
         self.statistics.write.next += 1;
         Ok(self.write.next()?)
@@ -69,7 +54,7 @@ impl<S: Snapshot> ScannerCore<S> {
     /// write cursor; leaves the cursor on the next user key. `first_ts` is
     /// the commit_ts of that first record, already read. An inlined value
     /// goes to the arena.
-    fn read_key(&mut self, key: &Key, first_ts: TimeStamp) -> Result<Committed> {
+    pub(super) fn read_key(&mut self, key: &Key, first_ts: TimeStamp) -> Result<Committed> {
         let ts = self.config.ts;
         let mut visible = Visible::Unknown;
         let mut steps = 0;

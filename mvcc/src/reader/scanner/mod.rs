@@ -358,12 +358,7 @@ impl<S: Snapshot> ScannerCore<S> {
         chunk.clear();
         let mut failure = None;
         while chunk.len() < wanted {
-            let step = if reverse {
-                self.step_backward()
-            } else {
-                self.step_forward()
-            };
-            match step {
+            match self.step() {
                 Ok(None) => break,
                 Ok(Some((key, Ok(committed)))) => chunk.push(ChunkKey { key, committed }),
                 Ok(Some((key, Err(e)))) if Self::is_per_key(&e) => chunk.push(ChunkKey {
@@ -455,6 +450,24 @@ impl<S: Snapshot> ScannerCore<S> {
             edge.push(0);
             Ok(edge)
         }
+    }
+
+    /// Visits the user key under the write cursor: its key (in the arena)
+    /// and what the write CF says of it, the cursor left on the next key in
+    /// scan order. `None` past the last key; `Err` when the cursor failed.
+    fn step(&mut self) -> Result<Option<(Span, Result<Committed>)>> {
+        let Some((user, first_ts)) = Self::write_head(&self.write)? else {
+            return Ok(None);
+        };
+        let key = Self::stash(&mut self.arena, user);
+        let user = self.take_scratch(key.clone());
+        let visited = if self.config.reverse {
+            self.read_key_backward(&user)
+        } else {
+            Ok(self.read_key(&user, first_ts))
+        };
+        self.scratch = user;
+        Ok(Some((key, visited?)))
     }
 
     /// The user key and commit_ts of the record under the write cursor.
@@ -710,8 +723,8 @@ mod tests {
     use percolate_engine::MemoryEngine;
     use percolate_engine::testing::temp_rocks_engine;
 
-    use crate::testing::{MvccFixture, ts};
-    use crate::{Error, Key, Lock, LockType};
+    use crate::testing::{MvccFixture, scan_shown, show_entry, ts};
+    use crate::{Key, Lock, LockType};
 
     /// With chunks of at most 8 keys and 8 locks (the test sizes), scans
     /// over keys with data, runs of locks on keys without data (longer than
@@ -737,38 +750,22 @@ mod tests {
             Lock::new(LockType::Delete, key(93), ts(25), 3000),
             None,
         );
-        let show = |entry: Result<(Key, Vec<u8>), Error>| match entry {
-            Ok((k, v)) => format!("{k}={}", String::from_utf8_lossy(&v)),
-            Err(Error::KeyIsLocked(info)) => {
-                format!("{}=locked", String::from_utf8_lossy(&info.key))
-            }
-            Err(e) => panic!("unexpected error {e}"),
-        };
         let read_ts = ts(100);
         let expected: Vec<String> = (0..130)
             .filter_map(|i| match f.get(&key(i), read_ts) {
-                Ok(Some(v)) => Some(show(Ok((Key::from_raw(&key(i)), v)))),
+                Ok(Some(v)) => Some(show_entry(Ok((Key::from_raw(&key(i)), v)))),
                 Ok(None) => None,
-                Err(e) => Some(show(Err(e))),
+                Err(e) => Some(show_entry(Err(e))),
             })
             .collect();
-        assert!(expected.iter().filter(|e| e.ends_with("=locked")).count() > 20);
+        assert!(expected.iter().filter(|e| e.contains("=locked@")).count() > 20);
         for reverse in [false, true] {
             let mut want = expected.clone();
             if reverse {
                 want.reverse();
             }
             for limit in [0, 1, 5, 9, 30, 200] {
-                let got: Vec<String> = f
-                    .scanner(read_ts)
-                    .reverse(reverse)
-                    .build()
-                    .unwrap()
-                    .scan(limit)
-                    .unwrap()
-                    .into_iter()
-                    .map(show)
-                    .collect();
+                let got = scan_shown(f.scanner(read_ts).reverse(reverse), limit);
                 let mut want = want.clone();
                 if limit > 0 {
                     want.truncate(limit);
