@@ -1050,6 +1050,10 @@ impl percolate::engine::Snapshot for HookView {
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
         self.inner.write_epoch(prefix)
     }
+
+    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
+        self.inner.write_ts_ceiling(prefix)
+    }
 }
 
 impl Engine for HookEngine {
@@ -1079,6 +1083,10 @@ impl Engine for HookEngine {
 
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
         self.inner.write_epoch(prefix)
+    }
+
+    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
+        self.inner.write_ts_ceiling(prefix)
     }
 }
 

@@ -120,6 +120,10 @@ impl<E: Engine> Engine for GatedEngine<E> {
         self.inner.write_epoch(prefix)
     }
 
+    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
+        self.inner.write_ts_ceiling(prefix)
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate::engine::Result<()> {
         let hold = self.hold.lock().unwrap().take();
         if let Some(hold) = hold {

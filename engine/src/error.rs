@@ -31,6 +31,17 @@ pub enum Error {
     /// Nothing is wrong with the data; seek again or read another way.
     #[error("iterator passed more than its limit of hidden entries")]
     Incomplete,
+    /// A record the engine keeps for itself (outside the data key space)
+    /// does not hold what the engine writes there.
+    #[error("corrupt {what} at key {key:02x?}: {value:02x?}")]
+    Corruption {
+        /// Which record.
+        what: &'static str,
+        /// Its key, as stored.
+        key: Vec<u8>,
+        /// The bytes found.
+        value: Vec<u8>,
+    },
     /// A fault injected by a test engine.
     #[error("injected fault: {reason}")]
     Injected {

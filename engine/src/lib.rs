@@ -269,6 +269,20 @@ pub trait Engine: Clone + Send + Sync + 'static {
         None
     }
 
+    /// A commit timestamp that no write-CF record under `prefix` (a
+    /// write-CF key without its ts suffix) exceeds, as of now: raised to a
+    /// record's commit ts before the record is written, shared by the
+    /// prefixes that hash alike, and, for the records already there when
+    /// the engine opened, at least the largest commit ts among them. A
+    /// prewrite at `start_ts` above it knows, without reading, that the
+    /// key has no record at or after `start_ts`: no write conflict and no
+    /// rollback of its own. `None` where the engine keeps no ceilings,
+    /// which is the default.
+    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
+        let _ = prefix;
+        None
+    }
+
     /// Applies every modification of `batch` atomically: after a crash either
     /// all of them are visible or none is.
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()>;
@@ -295,6 +309,15 @@ pub trait Snapshot: Clone + Send + Sync + 'static {
     /// the snapshot: the count of writes up to now). `None` where the
     /// engine keeps no epochs, which is the default.
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
+        let _ = prefix;
+        None
+    }
+
+    /// The engine's current [`Engine::write_ts_ceiling`] of `prefix` (not
+    /// as of the snapshot: a ceiling over the records up to now, which
+    /// holds for the snapshot's records too). `None` where the engine keeps
+    /// no ceilings, which is the default.
+    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
         let _ = prefix;
         None
     }
@@ -378,6 +401,66 @@ mod tests {
             Some(b"only in the WAL".to_vec())
         );
         assert_eq!(engine.path(), dir.path());
+    }
+
+    /// A write-CF key: `prefix` and `ts` as the key codec appends it.
+    fn versioned(prefix: &[u8], ts: u64) -> Vec<u8> {
+        let mut key = prefix.to_vec();
+        key.extend_from_slice(&(!ts).to_be_bytes());
+        key
+    }
+
+    #[test]
+    fn write_ts_ceilings_cover_every_record_across_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let engine = RocksEngine::open(dir.path()).unwrap();
+            // Empty: nothing to be above.
+            assert_eq!(engine.write_ts_ceiling(b"a"), Some(0));
+            let mut batch = WriteBatch::new();
+            batch.put(Cf::Write, versioned(b"a", 90), b"w".to_vec());
+            batch.put(Cf::Write, versioned(b"b", 40), b"w".to_vec());
+            engine.write(&batch, WriteOptions::default()).unwrap();
+            assert!(engine.write_ts_ceiling(b"a").unwrap() >= 90);
+            assert!(engine.latest().write_ts_ceiling(b"b").unwrap() >= 40);
+        }
+        // Reopened: every bucket starts at the ceiling kept on disk.
+        let engine = RocksEngine::open(dir.path()).unwrap();
+        for prefix in [&b"a"[..], b"b", b"never written"] {
+            assert!(engine.write_ts_ceiling(prefix).unwrap() >= 90);
+        }
+        // A database without the kept ceiling (written by another program)
+        // has it found from its records.
+        let default = engine.raw_db().cf_handle("default").unwrap();
+        engine
+            .raw_db()
+            .delete_cf(default, b"\x01percolate-write-ts-ceiling")
+            .unwrap();
+        drop(engine);
+        let engine = RocksEngine::open(dir.path()).unwrap();
+        assert_eq!(engine.write_ts_ceiling(b"never written"), Some(90));
+        // Bytes that are not a ceiling are reported, not trusted.
+        engine
+            .raw_db()
+            .put_cf(
+                engine.raw_db().cf_handle("default").unwrap(),
+                b"\x01percolate-write-ts-ceiling",
+                b"bad",
+            )
+            .unwrap();
+        drop(engine);
+        let err = RocksEngine::open(dir.path()).unwrap_err();
+        assert!(matches!(err, Error::Corruption { .. }), "{err}");
+    }
+
+    #[test]
+    fn memory_engine_ceilings_follow_its_writes() {
+        let engine = MemoryEngine::new();
+        assert_eq!(engine.write_ts_ceiling(b"a"), Some(0));
+        let mut batch = WriteBatch::new();
+        batch.put(Cf::Write, versioned(b"a", 7), b"w".to_vec());
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        assert_eq!(engine.snapshot().write_ts_ceiling(b"a"), Some(7));
     }
 
     #[test]

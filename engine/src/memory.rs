@@ -27,11 +27,22 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 type Maps = [Map; Cf::ALL.len()];
 
 /// An engine that keeps everything in memory. Cloning shares the data.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct MemoryEngine {
     current: Arc<RwLock<Arc<Maps>>>,
-    /// Write-CF write epochs ([`Engine::write_epoch`]).
+    /// Write-CF write epochs and ts ceilings ([`Engine::write_epoch`],
+    /// [`Engine::write_ts_ceiling`]).
     epochs: Arc<WriteEpochs>,
+}
+
+impl Default for MemoryEngine {
+    fn default() -> Self {
+        MemoryEngine {
+            current: Arc::default(),
+            // Empty: no record to be above.
+            epochs: Arc::new(WriteEpochs::new(0)),
+        }
+    }
 }
 
 impl MemoryEngine {
@@ -65,6 +76,10 @@ impl Engine for MemoryEngine {
 
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
         Some(self.epochs.get(prefix))
+    }
+
+    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
+        Some(self.epochs.ts_ceiling(prefix))
     }
 
     fn write(&self, batch: &WriteBatch, _options: WriteOptions) -> Result<()> {
@@ -134,6 +149,10 @@ impl Snapshot for MemorySnapshot {
 
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
         Some(self.epochs.get(prefix))
+    }
+
+    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
+        Some(self.epochs.ts_ceiling(prefix))
     }
 
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {

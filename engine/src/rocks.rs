@@ -33,6 +33,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -52,6 +53,18 @@ pub const DATA_PREFIX: u8 = b'z';
 
 /// The first byte after every data key: the exclusive end of the data space.
 const DATA_END: u8 = DATA_PREFIX + 1;
+
+/// Where the write-CF ts ceiling is kept: a local key (below the data
+/// space, so no data read ever meets it) of the default CF, holding a
+/// commit ts as 8 bytes big-endian that no write-CF record on disk
+/// exceeds (see [`Engine::write_ts_ceiling`]).
+const TS_CEILING_KEY: &[u8] = b"\x01percolate-write-ts-ceiling";
+
+/// How far above a batch's newest commit ts the persisted ceiling is
+/// raised when that ts passes it: 2^32, about 16 seconds of TSO
+/// timestamps (milliseconds shifted left by 18 bits), so that the raise,
+/// one more record in the batch, is rare.
+const TS_CEILING_STEP: u64 = 1 << 32;
 
 /// Tunables for [`RocksEngine::open_with`].
 #[derive(Clone, Debug)]
@@ -95,8 +108,16 @@ struct Inner {
     path: PathBuf,
     /// Read options of point reads at the latest data (no snapshot).
     latest_read: ReadOptions,
-    /// Write-CF write epochs ([`Engine::write_epoch`]).
+    /// Write-CF write epochs and ts ceilings ([`Engine::write_epoch`],
+    /// [`Engine::write_ts_ceiling`]).
     epochs: WriteEpochs,
+    /// The ts ceiling persisted under [`TS_CEILING_KEY`], once its write
+    /// is applied: a batch whose records are all at or below it needs no
+    /// raise.
+    persisted_ceiling: AtomicU64,
+    /// Taken by a write that raises the persisted ceiling, so that raises
+    /// are written in ascending order.
+    raising: Mutex<()>,
     /// Held only to be removed on drop.
     _temp_dir: Option<tempfile::TempDir>,
 }
@@ -163,12 +184,15 @@ impl RocksEngine {
                 return Err(Error::MissingColumnFamily { cf: cf.name() });
             }
         }
+        let ceiling = persisted_ts_ceiling(&db)?;
         Ok(RocksEngine {
             inner: Arc::new(Inner {
                 db,
                 path,
                 latest_read: ReadOptions::default(),
-                epochs: WriteEpochs::default(),
+                epochs: WriteEpochs::new(ceiling),
+                persisted_ceiling: AtomicU64::new(ceiling),
+                raising: Mutex::new(()),
                 _temp_dir: temp_dir,
             }),
             cursors: Arc::new(CursorPool::new()),
@@ -196,6 +220,38 @@ impl RocksEngine {
         self.cursors.clear();
         Ok(())
     }
+}
+
+/// The write-CF ts ceiling of the records on disk. A database without
+/// one (made before percolate kept it, or by another program) has its
+/// write CF read once to find the newest commit ts, which is then kept.
+fn persisted_ts_ceiling(db: &DB) -> Result<u64> {
+    let default = handle(db, Cf::Default)?;
+    if let Some(value) = db.get_pinned_cf(default, TS_CEILING_KEY)? {
+        return match <[u8; 8]>::try_from(&value[..]) {
+            Ok(bytes) => Ok(u64::from_be_bytes(bytes)),
+            Err(_) => Err(Error::Corruption {
+                what: "write-CF ts ceiling",
+                key: TS_CEILING_KEY.to_vec(),
+                value: value.to_vec(),
+            }),
+        };
+    }
+    let mut read = ReadOptions::default();
+    read.set_iterate_lower_bound(vec![DATA_PREFIX]);
+    read.set_iterate_upper_bound(vec![DATA_END]);
+    read.set_total_order_seek(true);
+    read.fill_cache(false);
+    let mut iter = db.raw_iterator_cf_opt(handle(db, Cf::Write)?, read);
+    iter.seek_to_first();
+    let mut newest = 0;
+    while let Some(key) = iter.key() {
+        newest = newest.max(crate::epochs::commit_ts(&key[1..]));
+        iter.next();
+    }
+    iter.status()?;
+    db.put_cf(default, TS_CEILING_KEY, newest.to_be_bytes())?;
+    Ok(newest)
 }
 
 fn db_options(options: &RocksOptions) -> Options {
@@ -321,8 +377,13 @@ impl Engine for RocksEngine {
         Some(self.inner.epochs.get(prefix))
     }
 
+    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
+        Some(self.inner.epochs.ts_ceiling(prefix))
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
         self.inner.epochs.bump(batch);
+        let mut newest = 0;
         let db = &self.inner.db;
         let handles = [
             handle(db, Cf::ALL[0])?,
@@ -338,6 +399,9 @@ impl Engine for RocksEngine {
         for modify in batch.modifies() {
             match modify {
                 Modify::Put { cf, key, value } => {
+                    if *cf == Cf::Write {
+                        newest = newest.max(crate::epochs::commit_ts(key));
+                    }
                     set_data_key(&mut stored, key);
                     wb.put_cf(handles[cf.index()], &stored, value)
                 }
@@ -354,6 +418,24 @@ impl Engine for RocksEngine {
         }
         let mut opts = rocksdb::WriteOptions::default();
         opts.set_sync(options.durability == Durability::Sync);
+        let inner = &self.inner;
+        if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
+            // The batch's records go above the ceiling on disk: raise it in
+            // the same atomic write. Writes below it need not wait for
+            // this one, which a crash can only lose together with them.
+            let _raising = inner.raising.lock();
+            if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
+                let ceiling = newest.saturating_add(TS_CEILING_STEP);
+                wb.put_cf(
+                    handles[Cf::Default.index()],
+                    TS_CEILING_KEY,
+                    ceiling.to_be_bytes(),
+                );
+                db.write_opt(wb, &opts)?;
+                inner.persisted_ceiling.store(ceiling, Ordering::SeqCst);
+                return Ok(());
+            }
+        }
         db.write_opt(wb, &opts)?;
         Ok(())
     }
@@ -478,6 +560,10 @@ impl Snapshot for RocksSnapshot {
 
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
         Some(self.inner().epochs.get(prefix))
+    }
+
+    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
+        Some(self.inner().epochs.ts_ceiling(prefix))
     }
 
     fn iter(&self, cf: Cf, options: IterOptions) -> Result<RocksIterator> {

@@ -224,6 +224,16 @@ impl<S: Snapshot> MvccReader<S> {
         }
     }
 
+    /// Whether `key` is known, without reading, to have no write-CF record
+    /// with a commit_ts at or after `ts`: the engine's
+    /// [`write_ts_ceiling`](percolate_engine::Engine::write_ts_ceiling) of
+    /// the key is below `ts`. `false` when the engine cannot tell.
+    pub fn no_write_since(&self, key: &Key, ts: TimeStamp) -> bool {
+        self.snapshot
+            .write_ts_ceiling(key.as_encoded())
+            .is_some_and(|ceiling| ceiling < ts.into_inner())
+    }
+
     /// The newest record of `key` with commit_ts `<= ts`, of any type, and
     /// its commit_ts.
     pub fn seek_write(&mut self, key: &Key, ts: TimeStamp) -> Result<Option<(TimeStamp, Write)>> {

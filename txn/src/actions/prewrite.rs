@@ -97,6 +97,11 @@ impl Mutation {
         )
     }
 
+    /// Whether prewriting it looks at the key's existing value.
+    fn checks_existence(&self) -> bool {
+        self.should_not_exist() || self.assertion.is_some()
+    }
+
     fn lock_type(&self) -> Option<LockType> {
         match self.kind {
             MutationKind::Put(_) | MutationKind::Insert(_) => Some(LockType::Put),
@@ -170,8 +175,16 @@ pub fn prewrite<S: Snapshot>(
     if let Some(existing) = check_lock(reader, props, &mutation.key)? {
         return Ok(existing);
     }
-    let newest = check_for_newer_version(reader, props, &mutation.key)?;
-    check_existence(reader, props, &mutation, newest)?;
+    // Only an existence check needs the newest record itself. The conflict
+    // check alone needs no read when every record of the key is older than
+    // the start_ts: then none is newer, and none is a rollback of this
+    // transaction (written at its start_ts).
+    if mutation.checks_existence() {
+        let newest = check_for_newer_version(reader, props, &mutation.key)?;
+        check_existence(reader, props, &mutation, newest)?;
+    } else if !reader.no_write_since(&mutation.key, props.start_ts) {
+        check_for_newer_version(reader, props, &mutation.key)?;
+    }
     let Some(lock_type) = mutation.lock_type() else {
         return Ok(PrewriteKeyResult {
             min_commit_ts: check_only_min_commit_ts(props),
@@ -302,9 +315,6 @@ fn check_existence<S: Snapshot>(
     mutation: &Mutation,
     newest: Option<(TimeStamp, Write)>,
 ) -> Result<()> {
-    if !mutation.should_not_exist() && mutation.assertion.is_none() {
-        return Ok(());
-    }
     let existing = existing_version(reader, props.start_ts, &mutation.key, newest)?;
     if let (true, Some((existing_start_ts, _))) = (mutation.should_not_exist(), existing) {
         return Err(percolate_mvcc::Error::AlreadyExist {
@@ -592,6 +602,86 @@ mod tests {
         f.assert_unchanged(|| {
             f.must_prewrite_mutations(&TxnFixture::<E>::props(&raw(0), 30), batch(0..10), None)
         });
+    }
+
+    /// Prewrites `mutation` at `start_ts` over the latest data and counts
+    /// the write-CF reads it made.
+    fn prewrite_counting_reads<E: Engine>(
+        f: &TxnFixture<E>,
+        mutation: Mutation,
+        start_ts: u64,
+    ) -> (Result<PrewriteKeyResult>, usize) {
+        let props = TxnFixture::<E>::props(&raw(0), start_ts);
+        let mut txn = MvccTxn::new(props.start_ts);
+        let mut reader = MvccReader::new(f.engine().latest());
+        let outcome = prewrite(&mut txn, &mut reader, &props, mutation, None);
+        (outcome, reader.statistics().write.total())
+    }
+
+    /// The conflict check reads nothing where the engine's ts ceiling of
+    /// the key is below the start_ts, and still finds a newer commit or an
+    /// own rollback (both at or above the start_ts) where it is not.
+    fn conflict_check_reads_only_below_the_ceiling<E: Engine>(engine: E) {
+        let f = TxnFixture::new(engine);
+        let k = raw(1);
+        f.must_prewrite_put(&k, b"old", &k, 10);
+        f.must_commit(&k, 10, 20);
+        let put = || Mutation::put(Key::from_raw(&k), b"new".to_vec());
+
+        let (outcome, reads) = prewrite_counting_reads(&f, put(), 30);
+        assert!(outcome.is_ok(), "{outcome:?}");
+        assert_eq!(reads, 0, "every record is older than 30");
+
+        let (outcome, reads) = prewrite_counting_reads(&f, put(), 15);
+        assert!(
+            matches!(
+                outcome,
+                Err(Error::Mvcc(percolate_mvcc::Error::WriteConflict {
+                    reason: WriteConflictReason::Optimistic,
+                    ..
+                }))
+            ),
+            "{outcome:?}"
+        );
+        assert!(reads > 0);
+
+        // A rollback record sits at the start_ts itself.
+        let r = raw(2);
+        f.must_rollback(&r, 40);
+        let (outcome, _) =
+            prewrite_counting_reads(&f, Mutation::put(Key::from_raw(&r), b"v".to_vec()), 40);
+        assert!(
+            matches!(
+                outcome,
+                Err(Error::Mvcc(percolate_mvcc::Error::WriteConflict {
+                    reason: WriteConflictReason::SelfRolledBack,
+                    ..
+                }))
+            ),
+            "{outcome:?}"
+        );
+
+        // An insert must see the value, ceiling or not.
+        let (outcome, reads) =
+            prewrite_counting_reads(&f, Mutation::insert(Key::from_raw(&k), b"v".to_vec()), 30);
+        assert!(
+            matches!(
+                outcome,
+                Err(Error::Mvcc(percolate_mvcc::Error::AlreadyExist { .. }))
+            ),
+            "{outcome:?}"
+        );
+        assert!(reads > 0);
+    }
+
+    #[test]
+    fn conflict_check_reads_only_below_the_ceiling_on_memory() {
+        conflict_check_reads_only_below_the_ceiling(MemoryEngine::new());
+    }
+
+    #[test]
+    fn conflict_check_reads_only_below_the_ceiling_on_rocks() {
+        conflict_check_reads_only_below_the_ceiling(temp_rocks_engine());
     }
 
     #[test]

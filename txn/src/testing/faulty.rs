@@ -75,6 +75,10 @@ impl<E: Engine> Engine for FaultyEngine<E> {
         self.inner.write_epoch(prefix)
     }
 
+    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
+        self.inner.write_ts_ceiling(prefix)
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate_engine::Result<()> {
         drop(self.state.gate.lock());
         self.state.writes.fetch_add(1, Ordering::SeqCst);
