@@ -3,8 +3,10 @@
 //! and a ceiling on their commit timestamps
 //! ([`Engine::write_ts_ceiling`](crate::Engine::write_ts_ceiling)).
 //!
-//! Both are updated before a batch is applied, so a reader that finds a
-//! record in the engine also finds its bucket already moved.
+//! Both move before a batch is applied, so a reader that finds a record in
+//! the engine also finds its bucket already moved; and while a write of a
+//! bucket is in flight the bucket has no epoch at all, so that nobody
+//! takes as settled what a write is still changing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,8 +17,11 @@ const BUCKETS: usize = 1 << 16;
 
 /// One bucket of write-CF prefixes.
 struct Bucket {
-    /// Bumped before every write of a record in the bucket.
-    epoch: AtomicU64,
+    /// Bumped before every write of a record in the bucket is applied.
+    begun: AtomicU64,
+    /// Bumped after it is applied (or failed). Equal to `begun` while no
+    /// write of the bucket is in flight, and then the bucket's epoch.
+    done: AtomicU64,
     /// No record in the bucket has a larger commit ts.
     ts_ceiling: AtomicU64,
 }
@@ -33,38 +38,57 @@ impl WriteEpochs {
         WriteEpochs {
             buckets: (0..BUCKETS)
                 .map(|_| Bucket {
-                    epoch: AtomicU64::new(0),
+                    begun: AtomicU64::new(0),
+                    done: AtomicU64::new(0),
                     ts_ceiling: AtomicU64::new(floor),
                 })
                 .collect(),
         }
     }
 
-    /// Bumps the bucket of every write-CF record `batch` writes or deletes
-    /// (every bucket for a range deletion of the write CF), and raises the
-    /// ts ceiling of every record it writes to that record's commit ts.
-    /// Called before the batch is applied.
-    pub(crate) fn bump(&self, batch: &WriteBatch) {
+    /// Starts a write: bumps `begun` of the bucket of every write-CF
+    /// record `batch` writes or deletes (of every bucket for a range
+    /// deletion of the write CF), and raises the ts ceiling of every record
+    /// it writes to that record's commit ts. Called before the batch is
+    /// applied; [`end`](Self::end) must follow, whether it applied or not.
+    pub(crate) fn begin(&self, batch: &WriteBatch) {
+        self.each_bucket(batch, |bucket, key| {
+            bucket.begun.fetch_add(1, Ordering::SeqCst);
+            if let Some(key) = key {
+                bucket
+                    .ts_ceiling
+                    .fetch_max(commit_ts(key), Ordering::SeqCst);
+            }
+        });
+    }
+
+    /// Ends a write begun by [`begin`](Self::begin): bumps `done` of the
+    /// same buckets.
+    pub(crate) fn end(&self, batch: &WriteBatch) {
+        self.each_bucket(batch, |bucket, _| {
+            bucket.done.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+
+    /// Calls `f` once per write-CF modification of `batch` with its
+    /// bucket and, for a put, its key; for a range deletion, with every
+    /// bucket.
+    fn each_bucket(&self, batch: &WriteBatch, mut f: impl FnMut(&Bucket, Option<&[u8]>)) {
         for modify in batch.modifies() {
             match modify {
                 Modify::Put {
                     cf: Cf::Write, key, ..
-                } => {
-                    let bucket = &self.buckets[bucket(write_key_prefix(key).unwrap_or(key))];
-                    bucket.epoch.fetch_add(1, Ordering::SeqCst);
-                    bucket
-                        .ts_ceiling
-                        .fetch_max(commit_ts(key), Ordering::SeqCst);
-                }
-                Modify::Delete { cf: Cf::Write, key } => {
-                    let prefix = write_key_prefix(key).unwrap_or(key);
-                    self.buckets[bucket(prefix)]
-                        .epoch
-                        .fetch_add(1, Ordering::SeqCst);
-                }
+                } => f(
+                    &self.buckets[bucket(write_key_prefix(key).unwrap_or(key))],
+                    Some(key),
+                ),
+                Modify::Delete { cf: Cf::Write, key } => f(
+                    &self.buckets[bucket(write_key_prefix(key).unwrap_or(key))],
+                    None,
+                ),
                 Modify::DeleteRange { cf: Cf::Write, .. } => {
                     for bucket in self.buckets.iter() {
-                        bucket.epoch.fetch_add(1, Ordering::SeqCst);
+                        f(bucket, None);
                     }
                 }
                 _ => {}
@@ -72,9 +96,14 @@ impl WriteEpochs {
         }
     }
 
-    /// The epoch of `prefix`'s bucket.
-    pub(crate) fn get(&self, prefix: &[u8]) -> u64 {
-        self.buckets[bucket(prefix)].epoch.load(Ordering::SeqCst)
+    /// The epoch of `prefix`'s bucket: the count of its finished writes,
+    /// or `None` while one is in flight (begun, not ended). `done` is read
+    /// before `begun`, so equal counts mean that no write was in flight
+    /// when `begun` was read and none ended between the two reads.
+    pub(crate) fn get(&self, prefix: &[u8]) -> Option<u64> {
+        let bucket = &self.buckets[bucket(prefix)];
+        let done = bucket.done.load(Ordering::SeqCst);
+        (bucket.begun.load(Ordering::SeqCst) == done).then_some(done)
     }
 
     /// The ts ceiling of `prefix`'s bucket.
@@ -128,9 +157,12 @@ mod tests {
         // Other CFs and deletions leave the ceiling where it is.
         batch.put(Cf::Lock, write_key(b"k", 90), b"v".to_vec());
         batch.delete(Cf::Write, write_key(b"k", 80));
-        epochs.bump(&batch);
+        epochs.begin(&batch);
         assert_eq!(epochs.ts_ceiling(b"k"), 40);
-        assert_eq!(epochs.get(b"k"), 2);
+        // In flight: no epoch.
+        assert_eq!(epochs.get(b"k"), None);
+        epochs.end(&batch);
+        assert_eq!(epochs.get(b"k"), Some(2));
         let other = (0u32..)
             .map(|i| format!("other-{i}").into_bytes())
             .find(|p| bucket(p) != bucket(b"k"))
@@ -139,8 +171,10 @@ mod tests {
         // An older record does not lower it.
         let mut older = WriteBatch::new();
         older.put(Cf::Write, write_key(b"k", 10), b"v".to_vec());
-        epochs.bump(&older);
+        epochs.begin(&older);
+        epochs.end(&older);
         assert_eq!(epochs.ts_ceiling(b"k"), 40);
+        assert_eq!(epochs.get(b"k"), Some(3));
     }
 
     #[test]

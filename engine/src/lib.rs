@@ -259,11 +259,16 @@ pub trait Engine: Clone + Send + Sync + 'static {
     }
 
     /// The write epoch of the write-CF records under `prefix` (a write-CF
-    /// key without its ts suffix): a counter that every write of such a
-    /// record bumps before it is applied, shared by the prefixes that hash
-    /// alike. A cache of what its owner last wrote under a prefix compares
-    /// it to learn that nothing else wrote there since. `None` where the
-    /// engine keeps no epochs, which is the default.
+    /// key without its ts suffix): the count of finished writes of such
+    /// records, shared by the prefixes that hash alike, or `None` while
+    /// one is in flight (begun and not yet applied). A cache of what was
+    /// last written or read under a prefix compares it to learn that
+    /// nothing wrote there since: two reads that give the same epoch
+    /// enclose no write at all. `None` where the engine keeps no epochs,
+    /// which is the default. An engine that keeps them must also give a
+    /// true [`latest`](Self::latest) view (not the default snapshot):
+    /// such caches take what a latest read finds as current at the epoch
+    /// read just before it.
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
         let _ = prefix;
         None

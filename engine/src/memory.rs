@@ -69,13 +69,22 @@ impl Engine for MemoryEngine {
 
     fn snapshot(&self) -> MemorySnapshot {
         MemorySnapshot {
-            maps: self.current.read().clone(),
+            view: View::Pinned(self.current.read().clone()),
+            epochs: self.epochs.clone(),
+        }
+    }
+
+    /// Each get, and each iterator when it is made, reads the data current
+    /// then.
+    fn latest(&self) -> MemorySnapshot {
+        MemorySnapshot {
+            view: View::Latest(self.current.clone()),
             epochs: self.epochs.clone(),
         }
     }
 
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
-        Some(self.epochs.get(prefix))
+        self.epochs.get(prefix)
     }
 
     fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
@@ -83,12 +92,15 @@ impl Engine for MemoryEngine {
     }
 
     fn write(&self, batch: &WriteBatch, _options: WriteOptions) -> Result<()> {
-        self.epochs.bump(batch);
-        let mut current = self.current.write();
-        let maps = Arc::make_mut(&mut current);
-        for modify in batch.modifies() {
-            apply(maps, modify);
+        self.epochs.begin(batch);
+        {
+            let mut current = self.current.write();
+            let maps = Arc::make_mut(&mut current);
+            for modify in batch.modifies() {
+                apply(maps, modify);
+            }
         }
+        self.epochs.end(batch);
         Ok(())
     }
 }
@@ -131,11 +143,31 @@ fn range<'a>(
         .flatten()
 }
 
-/// A consistent view of a [`MemoryEngine`].
+/// A view of a [`MemoryEngine`]: consistent, at one moment
+/// ([`Engine::snapshot`]), or the latest data at each read
+/// ([`Engine::latest`]).
 #[derive(Clone)]
 pub struct MemorySnapshot {
-    maps: Arc<Maps>,
+    view: View,
     epochs: Arc<WriteEpochs>,
+}
+
+#[derive(Clone)]
+enum View {
+    /// The maps as they were when the snapshot was taken.
+    Pinned(Arc<Maps>),
+    /// The engine's current maps, looked up at each read.
+    Latest(Arc<RwLock<Arc<Maps>>>),
+}
+
+impl MemorySnapshot {
+    /// The maps a read starting now sees.
+    fn maps(&self) -> Arc<Maps> {
+        match &self.view {
+            View::Pinned(maps) => maps.clone(),
+            View::Latest(current) => current.read().clone(),
+        }
+    }
 }
 
 impl std::fmt::Debug for MemorySnapshot {
@@ -148,7 +180,7 @@ impl Snapshot for MemorySnapshot {
     type Iter = MemoryIterator;
 
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
-        Some(self.epochs.get(prefix))
+        self.epochs.get(prefix)
     }
 
     fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
@@ -156,12 +188,17 @@ impl Snapshot for MemorySnapshot {
     }
 
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.maps[cf.index()].get(key).cloned())
+        Ok(match &self.view {
+            View::Pinned(maps) => maps[cf.index()].get(key).cloned(),
+            // Under the read lock, without a share of the maps that would
+            // make the next write copy them.
+            View::Latest(current) => current.read()[cf.index()].get(key).cloned(),
+        })
     }
 
     fn iter(&self, cf: Cf, options: IterOptions) -> Result<MemoryIterator> {
         Ok(MemoryIterator {
-            maps: self.maps.clone(),
+            maps: self.maps(),
             cf,
             options,
             prefix: None,

@@ -374,7 +374,7 @@ impl Engine for RocksEngine {
     }
 
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
-        Some(self.inner.epochs.get(prefix))
+        self.inner.epochs.get(prefix)
     }
 
     fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
@@ -382,7 +382,17 @@ impl Engine for RocksEngine {
     }
 
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
-        self.inner.epochs.bump(batch);
+        self.inner.epochs.begin(batch);
+        let written = self.apply(batch, options);
+        self.inner.epochs.end(batch);
+        written
+    }
+}
+
+impl RocksEngine {
+    /// Writes `batch` to RocksDB, raising the persisted ts ceiling with it
+    /// where its records pass it.
+    fn apply(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
         let mut newest = 0;
         let db = &self.inner.db;
         let handles = [
@@ -559,7 +569,7 @@ impl Snapshot for RocksSnapshot {
     }
 
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
-        Some(self.inner().epochs.get(prefix))
+        self.inner().epochs.get(prefix)
     }
 
     fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {

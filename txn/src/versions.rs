@@ -1,14 +1,16 @@
-//! Version hints: the newest data version of recently committed keys, so
-//! that a point read can fetch it with a point get instead of a seek.
+//! Version hints: the newest data version of recently committed or read
+//! keys, so that a point read can fetch it with a point get instead of a
+//! seek.
 //!
 //! A RocksDB point get stops at the first level that holds the key (for a
 //! key updated recently, the memtable), guided by bloom filters; a seek for
 //! `key@ts` must position a cursor in every level. A region notes the
 //! commit_ts of every Put or Delete its commits write, before writing it
 //! (see [`MvccTxn::put_commit`](percolate_mvcc::MvccTxn::put_commit) for
-//! why a commit's record is the key's newest data version), and readers
-//! ask here once they have judged the key's lock (the argument is on
-//! [`VersionHints`]).
+//! why a commit's record is the key's newest data version); a read that
+//! had to seek offers the Put it found when the engine vouches that no
+//! record of the key is newer; and readers ask here once they have judged
+//! the key's lock (the argument is on [`VersionHints`]).
 //!
 //! A hint counts only once its record is written and only while the
 //! engine's write epoch of the key is the one read then: a record of the
@@ -71,12 +73,9 @@ impl VersionCache {
                     *epoch = None;
                 }
             }
-            // Another key's slot: take it over, reusing its key's buffer.
+            // Another key's slot: take it over.
             Some((held, version, epoch)) => {
-                let mut buf = std::mem::replace(held, Key::from_encoded(Vec::new())).into_encoded();
-                buf.clear();
-                buf.extend_from_slice(key.as_encoded());
-                *held = Key::from_encoded(buf);
+                take_over(held, key);
                 *version = commit_ts;
                 *epoch = None;
             }
@@ -107,6 +106,37 @@ impl VersionHints for VersionCache {
             _ => None,
         }
     }
+
+    fn offer(&self, key: &Key, version: TimeStamp, epoch: u64) {
+        let (shard, slot) = place(key);
+        let mut slots = self.shards[shard].lock();
+        if slots.is_empty() {
+            slots.resize(SLOTS_PER_SHARD, None);
+        }
+        match &mut slots[slot] {
+            // A commit noted this version or a newer one: its confirmation
+            // (or its failure) decides.
+            Some((held, noted, _)) if held == key && *noted >= version => {}
+            Some((held, noted, confirmed)) if held == key => {
+                *noted = version;
+                *confirmed = Some(epoch);
+            }
+            Some((held, noted, confirmed)) => {
+                take_over(held, key);
+                *noted = version;
+                *confirmed = Some(epoch);
+            }
+            empty @ None => *empty = Some((key.clone(), version, Some(epoch))),
+        }
+    }
+}
+
+/// Makes a slot's key `key`, reusing the buffer of the key it held.
+fn take_over(held: &mut Key, key: &Key) {
+    let mut buf = std::mem::replace(held, Key::from_encoded(Vec::new())).into_encoded();
+    buf.clear();
+    buf.extend_from_slice(key.as_encoded());
+    *held = Key::from_encoded(buf);
 }
 
 /// The shard and slot of `key`: FNV-1a over its encoded bytes.
@@ -143,6 +173,26 @@ mod tests {
         cache.note(&a, TimeStamp::new(40));
         assert_eq!(cache.newest_data_version(&a), None);
         assert_eq!(cache.newest_data_version(&b), None);
+    }
+
+    #[test]
+    fn a_read_offers_versions_but_never_over_a_newer_note() {
+        let cache = VersionCache::default();
+        let a = Key::from_raw(b"a");
+        cache.offer(&a, TimeStamp::new(10), 3);
+        assert_eq!(cache.newest_data_version(&a), Some((TimeStamp::new(10), 3)));
+        // A commit notes a newer version: a read that found an older one
+        // (it sought before the commit's write) leaves it alone, confirmed
+        // or not.
+        cache.note(&a, TimeStamp::new(20));
+        cache.offer(&a, TimeStamp::new(10), 3);
+        assert_eq!(cache.newest_data_version(&a), None);
+        cache.confirm(&a, TimeStamp::new(20), Some(4));
+        cache.offer(&a, TimeStamp::new(20), 9);
+        assert_eq!(cache.newest_data_version(&a), Some((TimeStamp::new(20), 4)));
+        // A newer version found by a read replaces it.
+        cache.offer(&a, TimeStamp::new(30), 5);
+        assert_eq!(cache.newest_data_version(&a), Some((TimeStamp::new(30), 5)));
     }
 
     #[test]

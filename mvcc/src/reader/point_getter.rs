@@ -18,23 +18,34 @@ use super::{
 use crate::{Key, LockType, Result, TimeStamp, WriteType};
 
 /// Where a point read can learn a key's newest data version without a
-/// cursor: a region keeps one for the keys its commits wrote recently.
+/// cursor: a region keeps one for the keys its commits wrote or its reads
+/// found recently.
 ///
-/// A hint is the commit_ts of the newest Put or Delete record of the key,
-/// noted before the record was written, and the engine's write epoch of the
-/// key's records ([`Engine::write_epoch`]) once it was written. The getter
-/// asks after it has judged the key's lock, uses the hint only while the
-/// epoch is still the engine's (no record of the key, or of a key hashing
-/// alike, was written since), and looks the record up by point get. A write
-/// that stored a newer version before the read began noted it first, and a
-/// hint whose record is not there costs only the lookup before the usual
-/// seek.
+/// A hint is the commit_ts of the newest Put or Delete record of the key
+/// and the engine's write epoch of the key's records
+/// ([`Engine::write_epoch`]) at which it was known to be the newest: a
+/// commit notes its version before writing it and confirms it at the epoch
+/// read once it is written; a read offers the Put its seek found, at the
+/// epoch read before the seek, when the engine's ts ceiling of the key
+/// ([`Engine::write_ts_ceiling`]) was then at or below the read ts (no
+/// newer record anywhere). The getter asks after it has judged the key's
+/// lock, uses the hint only while the epoch is still the engine's (no
+/// record of the key, or of a key hashing alike, was written since), and
+/// looks the record up by point get. A write that stored a newer version
+/// before the read began noted it first, and a hint whose record is not
+/// there costs only the lookup before the usual seek.
 ///
 /// [`Engine::write_epoch`]: percolate_engine::Engine::write_epoch
+/// [`Engine::write_ts_ceiling`]: percolate_engine::Engine::write_ts_ceiling
 pub trait VersionHints: Send + Sync {
     /// The newest data version of `key` known and the write epoch it was
     /// confirmed at, if any.
     fn newest_data_version(&self, key: &Key) -> Option<(TimeStamp, u64)>;
+
+    /// A read found `version` to be the newest data version of `key` while
+    /// the write epoch was `epoch`. Kept unless a newer version of the key
+    /// is already noted.
+    fn offer(&self, key: &Key, version: TimeStamp, epoch: u64);
 }
 
 /// Builds a [`PointGetter`].
@@ -95,9 +106,11 @@ impl<S: Snapshot> PointGetterBuilder<S> {
     }
 
     /// Where the getter may learn a key's newest data version, to read it
-    /// with a point get instead of a seek (see [`VersionHints`]). Only for
-    /// a getter over the latest data or a snapshot taken after the hints'
-    /// writes began. Defaults to none.
+    /// with a point get instead of a seek, and where it offers what its
+    /// seeks find (see [`VersionHints`]). Only for a getter over the latest
+    /// data ([`Engine::latest`](percolate_engine::Engine::latest)): what a
+    /// snapshot's seek finds may be older than the epoch read beside it.
+    /// Defaults to none.
     pub fn version_hints(mut self, hints: std::sync::Arc<dyn VersionHints>) -> Self {
         self.hints = Some(hints);
         self
@@ -158,9 +171,14 @@ impl<S: Snapshot> PointGetter<S> {
         if let Some(found) = self.read_hinted(key)? {
             return Ok(found);
         }
-        let Some(write) = self.reader.get_write(key, ts, Some(ts))? else {
+        let offer_at = self.offer_epoch(key);
+        let Some((write, commit_ts)) = self.reader.get_write_with_commit_ts(key, ts, Some(ts))?
+        else {
             return Ok(None);
         };
+        if let (Some(epoch), Some(hints)) = (offer_at, &self.hints) {
+            hints.offer(key, commit_ts, epoch);
+        }
         if self.omit_value {
             return Ok(Some(Vec::new()));
         }
@@ -196,6 +214,19 @@ impl<S: Snapshot> PointGetter<S> {
             WriteType::Put => self.reader.load_data(key, write).map(|v| Some(Some(v))),
             WriteType::Lock | WriteType::Rollback => Ok(None),
         }
+    }
+
+    /// The write epoch at which what the coming seek finds may be offered
+    /// as the key's newest data version: read before the seek, while no
+    /// write of the key's bucket is in flight and no record in it is newer
+    /// than the read ts (its ts ceiling, read after the epoch, is not
+    /// above it). `None`: nothing to offer.
+    fn offer_epoch(&self, key: &Key) -> Option<u64> {
+        self.hints.as_ref()?;
+        let snapshot = self.reader.snapshot();
+        let epoch = snapshot.write_epoch(key.as_encoded())?;
+        let ceiling = snapshot.write_ts_ceiling(key.as_encoded())?;
+        (ceiling <= self.ts.into_inner()).then_some(epoch)
     }
 
     /// The pending value of an access lock: its transaction committed, so

@@ -329,14 +329,17 @@ fn point_reads_with_version_hints_answer_as_seeks_do() {
     use crate::testing::FaultyEngine;
     let engine = FaultyEngine::new(percolate_engine::testing::temp_rocks_engine());
     let storage = Storage::new(engine.clone(), StorageConfig::default());
-    // Reads through a second storage over the same engine: it only reads
-    // (storages sharing an engine must not write the same keys), so it has
-    // no hints and always seeks.
-    let seeker = Storage::new(engine.clone(), StorageConfig::default());
     let k = key("k");
+    // A getter without hints always seeks.
+    let seek = |read_ts: u64| {
+        percolate_mvcc::PointGetterBuilder::new(engine.snapshot(), ts(read_ts))
+            .build()
+            .get(&k)
+            .unwrap()
+    };
     let agree = |read_ts: u64, expected: Option<&str>| {
         let hinted = storage.get(k.clone(), ts(read_ts)).unwrap();
-        let sought = seeker.get(k.clone(), ts(read_ts)).unwrap();
+        let sought = seek(read_ts);
         assert_eq!(hinted, sought, "read at {read_ts}");
         assert_eq!(
             hinted,
@@ -405,4 +408,48 @@ fn point_reads_with_version_hints_answer_as_seeks_do() {
         .write(&txn.into_write_batch(), Default::default())
         .unwrap();
     agree(230, Some("v4"));
+}
+
+/// A read that had to seek offers the Put it found as the key's newest
+/// data version when no record of the key can be newer than its read ts,
+/// and the next read fetches that version by point get; a read below a
+/// newer record offers nothing. The reads go through a second storage over
+/// the same engine, which writes nothing and so has no notes of its own.
+#[test]
+fn reads_offer_the_versions_they_sought() {
+    let engine = percolate_engine::testing::temp_rocks_engine();
+    let writer = Storage::new(engine.clone(), StorageConfig::default());
+    let reader = Storage::new(engine, StorageConfig::default());
+    let k = key("k");
+    let hint = || {
+        reader
+            .concurrency_manager()
+            .version_hints()
+            .newest_data_version(&k)
+            .map(|(version, _)| version)
+    };
+    let put = |start: u64, commit: u64, value: &[u8]| {
+        let prewrite = Prewrite::new(
+            vec![Mutation::put(k.clone(), value.to_vec())],
+            b"k",
+            ts(start),
+        );
+        writer.prewrite(prewrite).unwrap();
+        writer
+            .commit(vec![k.clone()], ts(start), ts(commit))
+            .unwrap();
+    };
+    put(10, 11, b"v1");
+    assert_eq!(hint(), None);
+    assert_eq!(reader.get(k.clone(), ts(5)).unwrap(), None);
+    assert_eq!(hint(), None, "a record above the read ts: nothing known");
+    assert_eq!(reader.get(k.clone(), ts(20)).unwrap(), Some(b"v1".to_vec()));
+    assert_eq!(hint(), Some(ts(11)));
+    assert_eq!(reader.get(k.clone(), ts(20)).unwrap(), Some(b"v1".to_vec()));
+    // A newer commit moves the write epoch: the hint is not used, the
+    // read seeks, finds the new version and offers it.
+    put(30, 31, b"v2");
+    assert_eq!(reader.get(k.clone(), ts(40)).unwrap(), Some(b"v2".to_vec()));
+    assert_eq!(hint(), Some(ts(31)));
+    assert_eq!(reader.get(k.clone(), ts(25)).unwrap(), Some(b"v1".to_vec()));
 }
