@@ -1047,6 +1047,10 @@ impl percolate::engine::Snapshot for HookView {
         self.inner.iter(cf, options)
     }
 
+    fn gets_from_memory(&self, cf: percolate::engine::Cf) -> bool {
+        self.inner.gets_from_memory(cf)
+    }
+
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
         self.inner.write_epoch(prefix)
     }

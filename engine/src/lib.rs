@@ -34,6 +34,7 @@
 mod batch;
 mod epochs;
 mod error;
+mod lock_mirror;
 mod memory;
 mod rocks;
 #[cfg(any(test, feature = "test-util"))]
@@ -318,6 +319,15 @@ pub trait Snapshot: Clone + Send + Sync + 'static {
         None
     }
 
+    /// Whether gets of `cf` through this view are answered from memory,
+    /// cheaper than a cursor's step: then a reader visiting keys in order
+    /// gets each one rather than walking a cursor (over the tombstones of
+    /// deleted keys). Defaults to false.
+    fn gets_from_memory(&self, cf: Cf) -> bool {
+        let _ = cf;
+        false
+    }
+
     /// The engine's current [`Engine::write_ts_ceiling`] of `prefix` (not
     /// as of the snapshot: a ceiling over the records up to now, which
     /// holds for the snapshot's records too). `None` where the engine keeps
@@ -401,6 +411,11 @@ mod tests {
             snapshot.get(Cf::Lock, b"l").unwrap(),
             Some(b"lock".to_vec())
         );
+        // The latest view's lock mirror is rebuilt from the lock CF.
+        assert_eq!(
+            engine.latest().get(Cf::Lock, b"l").unwrap(),
+            Some(b"lock".to_vec())
+        );
         assert_eq!(
             snapshot.get(Cf::Default, b"d").unwrap(),
             Some(b"only in the WAL".to_vec())
@@ -456,6 +471,50 @@ mod tests {
         drop(engine);
         let err = RocksEngine::open(dir.path()).unwrap_err();
         assert!(matches!(err, Error::Corruption { .. }), "{err}");
+    }
+
+    /// Lock-CF gets of a latest view (answered from the lock mirror on
+    /// RocksDB) see every finished write, as a new snapshot does.
+    fn latest_lock_reads_follow_writes<E: Engine>(engine: E) {
+        let latest = engine.latest();
+        let agree = |key: &[u8], expected: Option<&[u8]>| {
+            assert_eq!(latest.get(Cf::Lock, key).unwrap().as_deref(), expected);
+            assert_eq!(
+                engine.snapshot().get(Cf::Lock, key).unwrap().as_deref(),
+                expected
+            );
+        };
+        let write = |f: &dyn Fn(&mut WriteBatch)| {
+            let mut batch = WriteBatch::new();
+            f(&mut batch);
+            engine.write(&batch, WriteOptions::default()).unwrap();
+        };
+        agree(b"a", None);
+        write(&|b| {
+            b.put(Cf::Lock, b"a".to_vec(), b"1".to_vec());
+            b.put(Cf::Lock, b"b".to_vec(), b"2".to_vec());
+            b.put(Cf::Lock, b"c".to_vec(), b"3".to_vec());
+        });
+        agree(b"a", Some(b"1"));
+        write(&|b| {
+            b.delete(Cf::Lock, b"a".to_vec());
+            b.put(Cf::Lock, b"b".to_vec(), b"2'".to_vec());
+        });
+        agree(b"a", None);
+        agree(b"b", Some(b"2'"));
+        write(&|b| b.delete_range(Cf::Lock, b"b".to_vec(), b"c".to_vec()));
+        agree(b"b", None);
+        agree(b"c", Some(b"3"));
+    }
+
+    #[test]
+    fn latest_lock_reads_follow_writes_on_memory() {
+        latest_lock_reads_follow_writes(MemoryEngine::new());
+    }
+
+    #[test]
+    fn latest_lock_reads_follow_writes_on_rocks() {
+        latest_lock_reads_follow_writes(temp_rocks_engine());
     }
 
     #[test]

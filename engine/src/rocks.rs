@@ -43,6 +43,7 @@ use rocksdb::{
 };
 
 use crate::epochs::WriteEpochs;
+use crate::lock_mirror::LockMirror;
 use crate::{
     Cf, Durability, Engine, EngineIterator, Error, IterOptions, Modify, Result, SeekMode, Snapshot,
     TS_SUFFIX_LEN, WriteBatch, WriteOptions,
@@ -118,6 +119,8 @@ struct Inner {
     /// Taken by a write that raises the persisted ceiling, so that raises
     /// are written in ascending order.
     raising: Mutex<()>,
+    /// The live locks, for the lock checks of latest reads.
+    locks: LockMirror,
     /// Held only to be removed on drop.
     _temp_dir: Option<tempfile::TempDir>,
 }
@@ -185,6 +188,7 @@ impl RocksEngine {
             }
         }
         let ceiling = persisted_ts_ceiling(&db)?;
+        let locks = LockMirror::new(stored_locks(&db)?);
         Ok(RocksEngine {
             inner: Arc::new(Inner {
                 db,
@@ -193,6 +197,7 @@ impl RocksEngine {
                 epochs: WriteEpochs::new(ceiling),
                 persisted_ceiling: AtomicU64::new(ceiling),
                 raising: Mutex::new(()),
+                locks,
                 _temp_dir: temp_dir,
             }),
             cursors: Arc::new(CursorPool::new()),
@@ -205,7 +210,10 @@ impl RocksEngine {
     }
 
     /// The underlying RocksDB handle, for benchmarks and tools. Keys written
-    /// through it bypass the data prefix.
+    /// through it bypass the data prefix, and the engine's own bookkeeping
+    /// of what [`Engine::write`] writes (the in-memory mirror of the lock
+    /// CF, the write-CF epochs and ts ceilings): write data through
+    /// [`Engine::write`] only.
     pub fn raw_db(&self) -> &DB {
         &self.inner.db
     }
@@ -252,6 +260,23 @@ fn persisted_ts_ceiling(db: &DB) -> Result<u64> {
     iter.status()?;
     db.put_cf(default, TS_CEILING_KEY, newest.to_be_bytes())?;
     Ok(newest)
+}
+
+/// Every lock in the lock CF, keys without the data prefix.
+fn stored_locks(db: &DB) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut read = ReadOptions::default();
+    read.set_iterate_lower_bound(vec![DATA_PREFIX]);
+    read.set_iterate_upper_bound(vec![DATA_END]);
+    read.fill_cache(false);
+    let mut iter = db.raw_iterator_cf_opt(handle(db, Cf::Lock)?, read);
+    iter.seek_to_first();
+    let mut locks = Vec::new();
+    while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+        locks.push((key[1..].to_vec(), value.to_vec()));
+        iter.next();
+    }
+    iter.status()?;
+    Ok(locks)
 }
 
 fn db_options(options: &RocksOptions) -> Options {
@@ -384,6 +409,9 @@ impl Engine for RocksEngine {
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
         self.inner.epochs.begin(batch);
         let written = self.apply(batch, options);
+        if written.is_ok() {
+            self.inner.locks.apply(batch);
+        }
         self.inner.epochs.end(batch);
         written
     }
@@ -562,6 +590,7 @@ impl Snapshot for RocksSnapshot {
         let handle = handle(db, cf)?;
         let read = match &self.view {
             View::Pinned(cell) => &cell.borrow_dependent().point_read,
+            View::Latest(inner, _) if cf == Cf::Lock => return Ok(inner.locks.get(key)),
             View::Latest(inner, _) => &inner.latest_read,
         };
         let value = db.get_pinned_cf_opt(handle, data_key(key), read)?;
@@ -570,6 +599,11 @@ impl Snapshot for RocksSnapshot {
 
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
         self.inner().epochs.get(prefix)
+    }
+
+    /// Lock-CF gets of a latest view come from the lock mirror.
+    fn gets_from_memory(&self, cf: Cf) -> bool {
+        cf == Cf::Lock && matches!(self.view, View::Latest(..))
     }
 
     fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {

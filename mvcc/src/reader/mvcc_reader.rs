@@ -160,7 +160,10 @@ impl<S: Snapshot> MvccReader<S> {
 
     /// The lock on `key`, if any.
     pub fn load_lock(&mut self, key: &Key) -> Result<Option<Lock>> {
-        if self.ascending && !self.lock_forward.disabled {
+        if self.ascending
+            && !self.lock_forward.disabled
+            && !self.snapshot.gets_from_memory(Cf::Lock)
+        {
             match self.load_lock_forward(key) {
                 Err(Error::Engine(percolate_engine::Error::Incomplete)) => {
                     self.lock_forward.disable()

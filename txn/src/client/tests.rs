@@ -456,3 +456,51 @@ fn gc_stops_at_a_live_lock_below_the_safe_point_and_refuses_a_future_safe_point(
         crate::actions::gc::GcInfo::default()
     );
 }
+
+/// Inline secondary commits leave no lock behind once `commit` returns;
+/// background ones are written by the regions' workers soon after. Either
+/// way, with async commit and with 2PC, every key reads its new value.
+#[test]
+fn secondary_commits_are_written_inline_or_in_the_background() {
+    use percolate_engine::{Cf, Engine, Snapshot};
+    for mode in [SecondaryCommits::Inline, SecondaryCommits::Background] {
+        for async_commit in [true, false] {
+            let s = setup(ClientConfig {
+                secondary_commits: mode,
+                async_commit,
+                ..Default::default()
+            });
+            let writes = [("a", "1"), ("h", "2"), ("q", "3")];
+            let info = commit(&s.client, &writes);
+            assert_ne!(info.protocol, CommitProtocol::OnePc);
+            let locked = || {
+                writes.iter().any(|(k, _)| {
+                    let storage = s.client.cluster().region_for(k.as_bytes()).storage();
+                    let lock_key = Key::from_raw(k.as_bytes());
+                    storage
+                        .engine()
+                        .snapshot()
+                        .get(Cf::Lock, lock_key.as_encoded())
+                        .unwrap()
+                        .is_some()
+                })
+            };
+            match mode {
+                SecondaryCommits::Inline => assert!(!locked(), "{mode:?} {async_commit}"),
+                _ => {
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while locked() {
+                        assert!(std::time::Instant::now() < deadline, "never committed");
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+            for (k, v) in writes {
+                assert_eq!(
+                    s.client.get_latest(k.as_bytes()).unwrap(),
+                    Some(v.as_bytes().to_vec())
+                );
+            }
+        }
+    }
+}

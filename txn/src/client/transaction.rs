@@ -9,7 +9,7 @@ use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp};
 
 use super::resolver::into_lock;
-use super::{Backoff, Deadline, Inner, key};
+use super::{Backoff, Deadline, Inner, SecondaryCommits, key};
 use crate::actions::prewrite::{Mutation, PrewriteResult};
 use crate::commands::{Commit, Prewrite, Unlock};
 use crate::fail;
@@ -470,13 +470,9 @@ impl<'a, E: Engine> Committer<'a, E> {
                     .map(|r| r.min_commit_ts)
                     .max()
                     .unwrap_or_default();
-                // Committed now; the records follow in the background.
+                // Committed now; the records follow.
                 for (region, keys) in &self.keys_by_region {
-                    forget(storage(*region).sched_write(Commit {
-                        keys: keys.clone(),
-                        start_ts: self.start_ts,
-                        commit_ts,
-                    }));
+                    self.commit_after_commit_point(*region, keys.clone(), commit_ts);
                     fail::check(fail::CLIENT_COMMIT_SECONDARIES)?;
                 }
                 return Ok(CommitInfo {
@@ -507,11 +503,7 @@ impl<'a, E: Engine> Committer<'a, E> {
         for (region, keys) in &self.keys_by_region {
             let secondaries: Vec<Key> = keys.iter().filter(|k| **k != primary).cloned().collect();
             if !secondaries.is_empty() {
-                forget(storage(*region).sched_write(Commit {
-                    keys: secondaries,
-                    start_ts: self.start_ts,
-                    commit_ts,
-                }));
+                self.commit_after_commit_point(*region, secondaries, commit_ts);
                 fail::check(fail::CLIENT_COMMIT_SECONDARIES)?;
             }
         }
@@ -519,6 +511,25 @@ impl<'a, E: Engine> Committer<'a, E> {
             commit_ts,
             protocol: CommitProtocol::TwoPc,
         })
+    }
+
+    /// Writes the commit records of `keys`, all in one region, after the
+    /// commit point: on this thread or by the region's workers, as
+    /// [`ClientConfig::secondary_commits`] says. A failure only leaves
+    /// locks, which readers resolve: the transaction is committed.
+    fn commit_after_commit_point(&self, region: usize, keys: Vec<Key>, commit_ts: TimeStamp) {
+        let storage = self.client.cluster.regions()[region].storage();
+        let commit = Commit {
+            keys,
+            start_ts: self.start_ts,
+            commit_ts,
+        };
+        match self.client.config.secondary_commits {
+            SecondaryCommits::Inline => {
+                let _ = storage.write_inline(commit);
+            }
+            SecondaryCommits::Background => forget(storage.sched_write(commit)),
+        }
     }
 
     /// Keeps the primary lock alive with heart beats until the commit ends.
