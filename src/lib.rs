@@ -71,6 +71,7 @@ pub use percolate_engine as engine;
 pub use percolate_mvcc as mvcc;
 pub use percolate_txn as txn;
 pub use percolate_txn::client::{
-    Client, ClientConfig, CommitInfo, CommitProtocol, OpenOptions, SecondaryCommits, Transaction,
+    Client, ClientConfig, CommitInfo, CommitProtocol, OpenOptions, ParallelPrewrite,
+    SecondaryCommits, Transaction,
 };
 pub use percolate_txn::{Error, Result};

@@ -68,10 +68,39 @@ pub struct ClientConfig {
     pub resolve_timeout: Duration,
     /// Attempts [`Client::with_retry`] makes. Defaults to 64.
     pub max_retries: usize,
+    /// Whether a transaction's prewrite batches (several when it spans
+    /// regions or has more than `max_batch_keys` keys) run at once.
+    /// Defaults to [`ParallelPrewrite::WhenSynced`].
+    pub parallel_prewrite: ParallelPrewrite,
     /// Who writes the commit records that follow a transaction's commit
     /// point (a 2PC transaction's secondaries, every key of an async-commit
     /// one). Defaults to [`SecondaryCommits::Inline`].
     pub secondary_commits: SecondaryCommits,
+}
+
+/// Whether a transaction's prewrite batches run at once (TiKV's parallel
+/// prewrite: no batch waits for another, the primary's included) or one
+/// after another on the committing thread. The protocol is the same either
+/// way: batches may land in any order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ParallelPrewrite {
+    /// In parallel where the batches' regions sync their writes, one after
+    /// another where they do not. A synced write waits for the disk, and
+    /// batches written at once join one RocksDB write group (one sync); a
+    /// buffered write costs about what handing it to another thread and
+    /// back does, so the committing thread writes each itself. Measured
+    /// with `percolate-bench`, async commit over 4 regions, 4-key
+    /// transfers: buffered, one after another 0.29x TransactionDB against
+    /// 0.19x in parallel; synced (8 threads), in parallel 0.30x against
+    /// 0.20x.
+    #[default]
+    WhenSynced,
+    /// Always in parallel: every batch but the last goes to its region's
+    /// workers, the last runs on the committing thread meanwhile.
+    Always,
+    /// Always one after another on the committing thread.
+    Never,
 }
 
 /// Who writes the commit records after a transaction's commit point. Either
@@ -104,6 +133,7 @@ impl Default for ClientConfig {
             max_async_commit_keys: 256,
             resolve_timeout: Duration::from_secs(10),
             max_retries: 64,
+            parallel_prewrite: ParallelPrewrite::default(),
             secondary_commits: SecondaryCommits::default(),
         }
     }

@@ -504,3 +504,72 @@ fn secondary_commits_are_written_inline_or_in_the_background() {
         }
     }
 }
+
+/// Parallel prewrite is real: with [`ParallelPrewrite::Always`] every batch
+/// of a transaction over three regions is in an engine write at once; with
+/// `Never` one at a time; `WhenSynced` is parallel only over regions that
+/// sync their writes.
+#[test]
+fn prewrite_batches_run_at_once_or_one_after_another() {
+    use crate::testing::FaultyEngine;
+    let cases = [
+        (
+            ParallelPrewrite::Always,
+            percolate_engine::Durability::Buffered,
+            3,
+        ),
+        (
+            ParallelPrewrite::Never,
+            percolate_engine::Durability::Sync,
+            1,
+        ),
+        (
+            ParallelPrewrite::WhenSynced,
+            percolate_engine::Durability::Buffered,
+            1,
+        ),
+        (
+            ParallelPrewrite::WhenSynced,
+            percolate_engine::Durability::Sync,
+            3,
+        ),
+    ];
+    for (mode, durability, at_once) in cases {
+        let engine = FaultyEngine::new(MemoryEngine::new());
+        let dir = tempfile::tempdir().unwrap();
+        let oracle = Arc::new(LocalOracle::open(dir.path()).unwrap());
+        let mut storage = StorageConfig {
+            initial_max_ts: oracle.get_ts().unwrap(),
+            ..Default::default()
+        };
+        storage.scheduler.durability = durability;
+        let cluster = Cluster::new(engine.clone(), vec![b"g".to_vec(), b"p".to_vec()], storage);
+        let config = ClientConfig {
+            parallel_prewrite: mode,
+            ..Default::default()
+        };
+        let client = Client::new(cluster, oracle, config);
+        let gate = engine.hold_writes();
+        std::thread::scope(|s| {
+            let committer = s.spawn(|| {
+                let mut txn = client.begin().unwrap();
+                for k in ["a", "h", "q"] {
+                    txn.put(k.as_bytes().to_vec(), b"v".to_vec());
+                }
+                txn.commit().unwrap()
+            });
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while engine.writes_waiting() < at_once {
+                assert!(std::time::Instant::now() < deadline, "{mode:?}: stuck");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // No further batch arrives while these wait.
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(engine.writes_waiting(), at_once, "{mode:?} {durability:?}");
+            drop(gate);
+            let info = committer.join().unwrap();
+            assert_eq!(info.protocol, CommitProtocol::AsyncCommit);
+        });
+        assert_eq!(client.get_latest(b"q").unwrap(), Some(b"v".to_vec()));
+    }
+}

@@ -9,7 +9,7 @@ use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp};
 
 use super::resolver::into_lock;
-use super::{Backoff, Deadline, Inner, SecondaryCommits, key};
+use super::{Backoff, Deadline, Inner, ParallelPrewrite, SecondaryCommits, key};
 use crate::actions::prewrite::{Mutation, PrewriteResult};
 use crate::commands::{Commit, Prewrite, Unlock};
 use crate::fail;
@@ -550,21 +550,23 @@ impl<'a, E: Engine> Committer<'a, E> {
         // With the fail point armed, batches go one at a time, so that it
         // can stop the client between them.
         let one_by_one = fail::is_armed(fail::CLIENT_PREWRITE_BATCH);
+        let parallel = self.prewrites_in_parallel();
         loop {
             let unsent: Vec<usize> = (0..results.len())
                 .filter(|&i| results[i].is_none())
                 .take(if one_by_one { 1 } else { usize::MAX })
                 .collect();
             let last = unsent.last().copied();
-            // Every batch but the last goes to its region's workers; the
-            // last runs on this thread meanwhile (it would only wait).
+            // In parallel, every batch but the last goes to its region's
+            // workers; the last runs on this thread meanwhile (it would
+            // only wait). Otherwise this thread runs them all.
             let sent: Vec<(usize, Pending<PrewriteResult>)> = unsent
                 .into_iter()
                 .map(|i| {
                     let batch = &self.batches[i];
                     let storage = self.client.cluster.regions()[batch.region].storage();
                     let command = self.prewrite_command(batch);
-                    if Some(i) == last {
+                    if Some(i) == last || !parallel {
                         (i, Pending::ready(storage.write_inline(command)))
                     } else {
                         (i, storage.sched_write(command))
@@ -625,6 +627,19 @@ impl<'a, E: Engine> Committer<'a, E> {
                 deadline.check(&lock.key, lock)?;
                 backoff.sleep();
             }
+        }
+    }
+
+    /// Whether the prewrite batches go out at once
+    /// ([`ClientConfig::parallel_prewrite`](super::ClientConfig::parallel_prewrite)).
+    fn prewrites_in_parallel(&self) -> bool {
+        match self.client.config.parallel_prewrite {
+            ParallelPrewrite::Always => true,
+            ParallelPrewrite::Never => false,
+            ParallelPrewrite::WhenSynced => self.batches.iter().any(|batch| {
+                let storage = self.client.cluster.regions()[batch.region].storage();
+                storage.durability() == percolate_engine::Durability::Sync
+            }),
         }
     }
 

@@ -281,6 +281,11 @@ impl<E: Engine> Scheduler<E> {
         Ok(())
     }
 
+    /// Whether each command's write is synced before it answers.
+    pub(crate) fn durability(&self) -> Durability {
+        self.inner.write_options.durability
+    }
+
     /// Submits a read: `work` runs on a worker without latches. Refused
     /// when too busy.
     pub(crate) fn submit_read(

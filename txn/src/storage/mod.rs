@@ -251,6 +251,12 @@ impl<E: Engine> Storage<E> {
             .wait()
     }
 
+    /// Whether each write command's write is synced before it answers
+    /// ([`SchedulerConfig::durability`](crate::scheduler::SchedulerConfig::durability)).
+    pub fn durability(&self) -> percolate_engine::Durability {
+        self.scheduler.durability()
+    }
+
     /// Runs a read command on the calling thread.
     pub fn read<C: ReadCommand>(&self, cmd: C) -> Result<C::Output> {
         self.check_read(&cmd)?;

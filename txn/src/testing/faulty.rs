@@ -22,6 +22,8 @@ struct FaultState {
     writes: AtomicUsize,
     modifies: AtomicUsize,
     gate: Mutex<()>,
+    /// Writes blocked at the gate.
+    waiting: AtomicUsize,
 }
 
 impl<E: Engine> FaultyEngine<E> {
@@ -53,6 +55,12 @@ impl<E: Engine> FaultyEngine<E> {
         self.state.modifies.load(Ordering::SeqCst)
     }
 
+    /// Writes waiting at the gate of [`hold_writes`](Self::hold_writes)
+    /// now.
+    pub fn writes_waiting(&self) -> usize {
+        self.state.waiting.load(Ordering::SeqCst)
+    }
+
     /// Holds every write (they block before reaching the engine) until the
     /// returned guard drops.
     pub fn hold_writes(&self) -> MutexGuard<'_, ()> {
@@ -80,7 +88,9 @@ impl<E: Engine> Engine for FaultyEngine<E> {
     }
 
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate_engine::Result<()> {
+        self.state.waiting.fetch_add(1, Ordering::SeqCst);
         drop(self.state.gate.lock());
+        self.state.waiting.fetch_sub(1, Ordering::SeqCst);
         self.state.writes.fetch_add(1, Ordering::SeqCst);
         let failing = self
             .state
