@@ -96,11 +96,7 @@ impl LockMirror {
                     key,
                     value,
                 } => self.put(key.clone(), value.clone()),
-                Modify::Delete { cf: Cf::Lock, key } => {
-                    if self.shards[shard(key)].write().remove(key).is_some() {
-                        self.len.fetch_sub(1, Ordering::SeqCst);
-                    }
-                }
+                Modify::Delete { cf: Cf::Lock, key } => self.remove(key),
                 Modify::DeleteRange {
                     cf: Cf::Lock,
                     start,
@@ -115,6 +111,12 @@ impl LockMirror {
                 }
                 _ => {}
             }
+        }
+    }
+
+    fn remove(&self, key: &[u8]) {
+        if self.shards[shard(key)].write().remove(key).is_some() {
+            self.len.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
