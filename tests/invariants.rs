@@ -41,7 +41,7 @@ use percolate::txn::actions::prewrite::Mutation;
 use percolate::txn::cluster::Cluster;
 use percolate::txn::commands::Prewrite;
 use percolate::txn::concurrency_manager::MaxTsLimit;
-use percolate::txn::oracle::{LocalOracle, ManualClock, TimestampOracle};
+use percolate::txn::oracle::{Clock, LocalOracle, ManualClock, TimestampOracle};
 use percolate::txn::storage::StorageConfig;
 use percolate::{Client, ClientConfig, CommitProtocol, Transaction};
 use rand::rngs::StdRng;
@@ -419,8 +419,15 @@ fn bank_and_counters_hold_with_dead_clients_and_expiring_locks() {
     }
     ticker.join().unwrap();
     let elapsed = started.elapsed();
-    // Every dead client's lock is now long expired.
+    // Every dead client's lock is now long expired, once the oracle's
+    // timestamps (whose physical part follows the clock on the oracle's
+    // own tick) show it: before, a reader judges the last dead client's
+    // lock alive, pushes it, and reads past it, leaving it in place.
     s.clock.advance(10_000);
+    let advanced = s.clock.now_ms();
+    while s.client.oracle().get_ts().unwrap().physical() < advanced {
+        thread::sleep(Duration::from_millis(1));
+    }
     final_check(&s);
     let dead = s.dead.lock().unwrap();
     eprintln!(

@@ -487,7 +487,13 @@ impl<'a, E: Engine> Committer<'a, E> {
         let primary_region = self.client.cluster.region_index(&self.primary);
         let commit_ts = loop {
             let commit_ts = self.client.oracle.get_ts()?;
-            match storage(primary_region).commit(vec![primary.clone()], self.start_ts, commit_ts) {
+            let commit = Commit {
+                keys: vec![primary.clone()],
+                start_ts: self.start_ts,
+                commit_ts,
+            };
+            // On this thread: the caller waits for the answer anyway.
+            match storage(primary_region).write(commit) {
                 Ok(_) => {
                     self.committed = true;
                     break commit_ts;
@@ -526,7 +532,7 @@ impl<'a, E: Engine> Committer<'a, E> {
         };
         match self.client.config.secondary_commits {
             SecondaryCommits::Inline => {
-                let _ = storage.write_inline(commit);
+                let _ = storage.write(commit);
             }
             SecondaryCommits::Background => forget(storage.sched_write(commit)),
         }
@@ -567,7 +573,7 @@ impl<'a, E: Engine> Committer<'a, E> {
                     let storage = self.client.cluster.regions()[batch.region].storage();
                     let command = self.prewrite_command(batch);
                     if Some(i) == last || !parallel {
-                        (i, Pending::ready(storage.write_inline(command)))
+                        (i, Pending::ready(storage.write(command)))
                     } else {
                         (i, storage.sched_write(command))
                     }

@@ -237,16 +237,12 @@ impl<E: Engine> Storage<E> {
         }
     }
 
-    /// Runs a write command and waits for its answer.
+    /// Runs a write command and waits for its answer. The command runs on
+    /// the calling thread when its latches are free, which would only wait
+    /// for a worker meanwhile, and on a worker once they are released
+    /// otherwise; [`sched_write`](Self::sched_write) is the form that does
+    /// not wait.
     pub fn write<C: WriteCommand>(&self, cmd: C) -> Result<C::Output> {
-        self.sched_write(cmd).wait()
-    }
-
-    /// Runs a write command and waits for its answer, processing it on the
-    /// calling thread when its latches are free (see
-    /// [`Scheduler::submit_write_inline`]): for the client, which would
-    /// only wait for a worker meanwhile.
-    pub(crate) fn write_inline<C: WriteCommand>(&self, cmd: C) -> Result<C::Output> {
         self.submit_write(cmd, CommandOptions::default(), true)
             .wait()
     }
