@@ -1092,6 +1092,10 @@ impl Engine for HookEngine {
     fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
         self.inner.write_ts_ceiling(prefix)
     }
+
+    fn holds_no_locks(&self) -> bool {
+        self.inner.holds_no_locks()
+    }
 }
 
 /// A batch get reads each key as a point get does, over the latest data:

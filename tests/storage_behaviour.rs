@@ -124,6 +124,10 @@ impl<E: Engine> Engine for GatedEngine<E> {
         self.inner.write_ts_ceiling(prefix)
     }
 
+    fn holds_no_locks(&self) -> bool {
+        self.inner.holds_no_locks()
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate::engine::Result<()> {
         let hold = self.hold.lock().unwrap().take();
         if let Some(hold) = hold {

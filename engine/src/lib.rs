@@ -289,6 +289,12 @@ pub trait Engine: Clone + Send + Sync + 'static {
         None
     }
 
+    /// Whether the lock CF is known to hold no key now (a write that is
+    /// applying one may not show yet). Defaults to false: not known.
+    fn holds_no_locks(&self) -> bool {
+        false
+    }
+
     /// Applies every modification of `batch` atomically: after a crash either
     /// all of them are visible or none is.
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()>;
@@ -490,6 +496,7 @@ mod tests {
             engine.write(&batch, WriteOptions::default()).unwrap();
         };
         agree(b"a", None);
+        assert!(engine.holds_no_locks());
         write(&|b| {
             b.put(Cf::Lock, b"a".to_vec(), b"1".to_vec());
             b.put(Cf::Lock, b"b".to_vec(), b"2".to_vec());
@@ -505,6 +512,9 @@ mod tests {
         write(&|b| b.delete_range(Cf::Lock, b"b".to_vec(), b"c".to_vec()));
         agree(b"b", None);
         agree(b"c", Some(b"3"));
+        assert!(!engine.holds_no_locks());
+        write(&|b| b.delete(Cf::Lock, b"c".to_vec()));
+        assert!(engine.holds_no_locks());
     }
 
     #[test]

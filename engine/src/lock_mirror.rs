@@ -78,9 +78,14 @@ impl LockMirror {
         mirror
     }
 
+    /// Whether no lock is held.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len.load(Ordering::SeqCst) == 0
+    }
+
     /// The lock stored under `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        if self.len.load(Ordering::SeqCst) == 0 {
+        if self.is_empty() {
             return None;
         }
         self.shards[shard(key)].read().get(key).cloned()

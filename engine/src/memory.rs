@@ -91,6 +91,10 @@ impl Engine for MemoryEngine {
         Some(self.epochs.ts_ceiling(prefix))
     }
 
+    fn holds_no_locks(&self) -> bool {
+        self.current.read()[Cf::Lock.index()].is_empty()
+    }
+
     fn write(&self, batch: &WriteBatch, _options: WriteOptions) -> Result<()> {
         self.epochs.begin(batch);
         {

@@ -406,6 +406,12 @@ impl Engine for RocksEngine {
         Some(self.inner.epochs.ts_ceiling(prefix))
     }
 
+    /// From the lock mirror, which holds a lock from just after it is
+    /// written until just after it is deleted.
+    fn holds_no_locks(&self) -> bool {
+        self.inner.locks.is_empty()
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
         self.inner.epochs.begin(batch);
         let written = self.apply(batch, options);

@@ -170,7 +170,12 @@ pub fn scan<E: Engine>(
             check_lock_blocks_read(lock, key, request.ts, &options.bypass_locks)
         })?;
     }
+    // Checked now, after max_ts and the memory locks, before the snapshot
+    // is taken: see `ScannerBuilder::skip_lock_cf` for why locks written
+    // after this cannot matter to this read.
+    let no_locks = engine.holds_no_locks();
     let mut scanner = ScannerBuilder::new(engine.snapshot(), request.ts)
+        .skip_lock_cf(no_locks)
         .range(lower, upper)
         .reverse(request.reverse)
         .key_only(request.key_only)

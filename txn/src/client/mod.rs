@@ -346,20 +346,25 @@ impl Backoff {
 
 /// A deadline for waiting on other transactions' locks.
 pub(crate) struct Deadline {
-    started: Instant,
+    /// When the first live lock was met: the clock starts there, so that
+    /// an operation that meets none never reads it.
+    started: std::cell::Cell<Option<Instant>>,
     timeout: Duration,
 }
 
 impl Deadline {
     pub(crate) fn after(timeout: Duration) -> Self {
         Deadline {
-            started: Instant::now(),
+            started: std::cell::Cell::new(None),
             timeout,
         }
     }
 
+    /// Fails once `timeout` has passed since the first check.
     pub(crate) fn check(&self, key: &[u8], lock: &percolate_mvcc::LockInfo) -> Result<()> {
-        let waited = self.started.elapsed();
+        let started = self.started.get().unwrap_or_else(Instant::now);
+        self.started.set(Some(started));
+        let waited = started.elapsed();
         if waited > self.timeout {
             return Err(Error::ResolveLockTimeout {
                 key: key.to_vec(),

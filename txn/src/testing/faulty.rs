@@ -87,6 +87,10 @@ impl<E: Engine> Engine for FaultyEngine<E> {
         self.inner.write_ts_ceiling(prefix)
     }
 
+    fn holds_no_locks(&self) -> bool {
+        self.inner.holds_no_locks()
+    }
+
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate_engine::Result<()> {
         self.state.waiting.fetch_add(1, Ordering::SeqCst);
         drop(self.state.gate.lock());

@@ -50,6 +50,8 @@ struct ScanConfig {
     reverse: bool,
     key_only: bool,
     fill_cache: bool,
+    /// The lock CF is not read (see [`ScannerBuilder::skip_lock_cf`]).
+    skip_lock_cf: bool,
 }
 
 impl<S: Snapshot> ScannerBuilder<S> {
@@ -65,6 +67,7 @@ impl<S: Snapshot> ScannerBuilder<S> {
                 reverse: false,
                 key_only: false,
                 fill_cache: true,
+                skip_lock_cf: false,
             },
         }
     }
@@ -112,6 +115,20 @@ impl<S: Snapshot> ScannerBuilder<S> {
     /// Whether blocks read enter the block cache. Defaults to true.
     pub fn fill_cache(mut self, fill_cache: bool) -> Self {
         self.config.fill_cache = fill_cache;
+        self
+    }
+
+    /// Reads no lock from the lock CF, as at RC, but keeps the read's
+    /// isolation level otherwise. For a caller that found the lock CF
+    /// empty after raising the region's max_ts to the read ts and checking
+    /// the in-memory locks, and before taking the snapshot: any lock the
+    /// snapshot holds was written after that, by a transaction that
+    /// commits above the read ts (a 2PC commit_ts comes from the oracle
+    /// after its prewrite answers; an async-commit or 1PC prewrite that had
+    /// not yet put its keys in the memory-lock table reads a max_ts at
+    /// least the read ts). Defaults to false.
+    pub fn skip_lock_cf(mut self, skip: bool) -> Self {
+        self.config.skip_lock_cf = skip;
         self
     }
 
@@ -498,14 +515,14 @@ impl<S: Snapshot> ScannerCore<S> {
     /// The locks with a key in `[lower, upper)` (the scan's own bound where
     /// `None`), in scan order, read through one cursor bounded to that
     /// range: at most `most` of them, and whether more are left. Nothing at
-    /// RC, which never reads the lock CF.
+    /// RC, which never reads the lock CF, or when told to skip it.
     fn locks_in(
         &mut self,
         lower: Option<Vec<u8>>,
         upper: Option<Vec<u8>>,
         most: usize,
     ) -> Result<(Vec<RawLock>, bool)> {
-        if self.config.policy.isolation_level == IsolationLevel::Rc {
+        if self.config.policy.isolation_level == IsolationLevel::Rc || self.config.skip_lock_cf {
             return Ok((Vec::new(), false));
         }
         let mut options = IterOptions::new().fill_cache(self.config.fill_cache);
@@ -773,6 +790,36 @@ mod tests {
                 assert_eq!(got, want, "reverse {reverse}, limit {limit}");
             }
         }
+    }
+
+    /// Told to skip the lock CF, a scan reads no lock (none is reported,
+    /// and the lock CF is never touched) and otherwise reads as it would.
+    fn scans_told_to_skip_the_lock_cf_read_none<E: percolate_engine::Engine>(f: MvccFixture<E>) {
+        let key = |i: usize| format!("k{i}").into_bytes();
+        for i in 0..4 {
+            f.put_committed(&key(i), b"v", 10, 11);
+        }
+        f.prewrite_put(&key(2), b"pending", &key(2), 20);
+        let checked = scan_shown(f.scanner(ts(100)), 0);
+        assert!(
+            checked.iter().any(|e| e.contains("=locked@")),
+            "{checked:?}"
+        );
+        let mut skipping = f.scanner(ts(100)).skip_lock_cf(true).build().unwrap();
+        let pairs = skipping.scan(0).unwrap();
+        assert_eq!(pairs.len(), 4);
+        assert!(pairs.iter().all(Result::is_ok));
+        assert_eq!(skipping.statistics().lock.total(), 0);
+    }
+
+    #[test]
+    fn scans_told_to_skip_the_lock_cf_read_none_memory() {
+        scans_told_to_skip_the_lock_cf_read_none(MvccFixture::new(MemoryEngine::new()));
+    }
+
+    #[test]
+    fn scans_told_to_skip_the_lock_cf_read_none_rocks() {
+        scans_told_to_skip_the_lock_cf_read_none(MvccFixture::new(temp_rocks_engine()));
     }
 
     #[test]
