@@ -258,7 +258,12 @@ fn persisted_ts_ceiling(db: &DB) -> Result<u64> {
         iter.next();
     }
     iter.status()?;
-    db.put_cf(default, TS_CEILING_KEY, newest.to_be_bytes())?;
+    // Kept for the next open; an empty write CF needs none (the first
+    // write of a record writes it), so a database that never holds a
+    // transactional record never holds the key either.
+    if newest > 0 {
+        db.put_cf(default, TS_CEILING_KEY, newest.to_be_bytes())?;
+    }
     Ok(newest)
 }
 

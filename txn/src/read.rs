@@ -173,7 +173,9 @@ pub fn scan<E: Engine>(
     // Checked now, after max_ts and the memory locks, before the snapshot
     // is taken: see `ScannerBuilder::skip_lock_cf` for why locks written
     // after this cannot matter to this read.
-    let no_locks = engine.holds_no_locks();
+    // Only where the memory locks were checked (SI): an RcCheckTs scan
+    // skips them, and so must read the lock CF.
+    let no_locks = options.isolation_level == IsolationLevel::Si && engine.holds_no_locks();
     let mut scanner = ScannerBuilder::new(engine.snapshot(), request.ts)
         .skip_lock_cf(no_locks)
         .range(lower, upper)

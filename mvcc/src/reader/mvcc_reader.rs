@@ -227,6 +227,12 @@ impl<S: Snapshot> MvccReader<S> {
         }
     }
 
+    /// Whether the write-CF cursor of point reads is open: it reads the
+    /// data as of when it opened (or, over a snapshot, as of the snapshot).
+    pub(crate) fn has_write_cursor(&self) -> bool {
+        self.write_cursor.is_some()
+    }
+
     /// Whether `key` is known, without reading, to have no write-CF record
     /// with a commit_ts at or after `ts`: the engine's
     /// [`write_ts_ceiling`](percolate_engine::Engine::write_ts_ceiling) of

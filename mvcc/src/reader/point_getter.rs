@@ -167,11 +167,14 @@ impl<S: Snapshot> PointGetter<S> {
     /// The newest committed value at or below the read ts.
     fn read_committed(&mut self, key: &Key) -> Result<Option<Vec<u8>>> {
         let ts = self.ts;
+        // Before anything opens the write cursor: what a cursor opened
+        // earlier finds may be older than the epoch (an RcCheckTs read's
+        // check below opens it).
+        let offer_at = self.offer_epoch(key);
         check_rc_newer_write(&mut self.reader, key, ts, self.policy.isolation_level)?;
         if let Some(found) = self.read_hinted(key)? {
             return Ok(found);
         }
-        let offer_at = self.offer_epoch(key);
         let Some((write, commit_ts)) = self.reader.get_write_with_commit_ts(key, ts, Some(ts))?
         else {
             return Ok(None);
@@ -217,12 +220,18 @@ impl<S: Snapshot> PointGetter<S> {
     }
 
     /// The write epoch at which what the coming seek finds may be offered
-    /// as the key's newest data version: read before the seek, while no
+    /// as the key's newest data version: read before the write cursor is
+    /// opened (none may be open yet), while no
     /// write of the key's bucket is in flight and no record in it is newer
     /// than the read ts (its ts ceiling, read after the epoch, is not
     /// above it). `None`: nothing to offer.
     fn offer_epoch(&self, key: &Key) -> Option<u64> {
         self.hints.as_ref()?;
+        if self.reader.has_write_cursor() {
+            // A getter reused for another key: its cursor reads the data
+            // as of its first use.
+            return None;
+        }
         let snapshot = self.reader.snapshot();
         let epoch = snapshot.write_epoch(key.as_encoded())?;
         let ceiling = snapshot.write_ts_ceiling(key.as_encoded())?;
@@ -242,6 +251,96 @@ impl<S: Snapshot> PointGetter<S> {
             // Lock and Pessimistic locks never block, so they are never read
             // through; fall back to committed data to stay correct.
             _ => self.read_committed(key),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use percolate_engine::{Cf, Engine, IterOptions, MemoryEngine, MemorySnapshot, Snapshot};
+
+    use super::*;
+    use crate::testing::MvccFixture;
+
+    /// A latest view that logs when the write epoch is read and when a
+    /// write-CF cursor is opened.
+    #[derive(Clone)]
+    struct Logged {
+        inner: MemorySnapshot,
+        log: Arc<Mutex<Vec<&'static str>>>,
+    }
+
+    impl Snapshot for Logged {
+        type Iter = <MemorySnapshot as Snapshot>::Iter;
+
+        fn get(&self, cf: Cf, key: &[u8]) -> percolate_engine::Result<Option<Vec<u8>>> {
+            self.inner.get(cf, key)
+        }
+
+        fn iter(&self, cf: Cf, options: IterOptions) -> percolate_engine::Result<Self::Iter> {
+            if cf == Cf::Write {
+                self.log.lock().unwrap().push("cursor");
+            }
+            self.inner.iter(cf, options)
+        }
+
+        fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
+            self.log.lock().unwrap().push("epoch");
+            self.inner.write_epoch(prefix)
+        }
+
+        fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
+            self.inner.write_ts_ceiling(prefix)
+        }
+    }
+
+    /// Hints that keep what is offered.
+    #[derive(Default)]
+    struct Offers(Mutex<Vec<(TimeStamp, u64)>>);
+
+    impl VersionHints for Offers {
+        fn newest_data_version(&self, _: &Key) -> Option<(TimeStamp, u64)> {
+            None
+        }
+
+        fn offer(&self, _: &Key, version: TimeStamp, epoch: u64) {
+            self.0.lock().unwrap().push((version, epoch));
+        }
+    }
+
+    /// What a read offers as the key's newest version was found by a
+    /// cursor opened after the epoch it is offered at was read, at every
+    /// isolation level (an RcCheckTs read opens the cursor for its own
+    /// check first; a cursor older than the epoch could offer a version
+    /// older than one written in between). A getter whose cursor is already
+    /// open offers nothing.
+    #[test]
+    fn offers_come_from_cursors_opened_after_the_epoch_read() {
+        let engine = MemoryEngine::new();
+        let f = MvccFixture::new(engine.clone());
+        f.put_committed(b"k", b"v", 10, 11);
+        let key = Key::from_raw(b"k");
+        for level in [IsolationLevel::Si, IsolationLevel::RcCheckTs] {
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let view = Logged {
+                inner: engine.latest(),
+                log: log.clone(),
+            };
+            let offers = Arc::new(Offers::default());
+            let mut getter = PointGetterBuilder::new(view, TimeStamp::new(20))
+                .isolation_level(level)
+                .version_hints(offers.clone())
+                .build();
+            assert_eq!(getter.get(&key).unwrap(), Some(b"v".to_vec()));
+            let log = log.lock().unwrap().clone();
+            assert_eq!(log.first(), Some(&"epoch"), "{level:?}: {log:?}");
+            assert!(log.contains(&"cursor"), "{level:?}: {log:?}");
+            assert_eq!(offers.0.lock().unwrap().len(), 1, "{level:?}");
+            // Reused: its cursor is open from the first read.
+            assert_eq!(getter.get(&key).unwrap(), Some(b"v".to_vec()));
+            assert_eq!(offers.0.lock().unwrap().len(), 1, "{level:?}");
         }
     }
 }

@@ -91,12 +91,15 @@ impl Kind {
                             max_ts; conflicts retried by Client::with_retry"
                 .into(),
             Kind::TwoPc => format!(
-                "snapshot isolation across {regions} regions: Percolator 2PC (parallel \
-                 prewrite, commit_ts from the oracle, primary commit is the commit point)"
+                "snapshot isolation across {regions} regions: Percolator 2PC (prewrite \
+                 batches in parallel when synced, else on the committing thread; commit_ts \
+                 from the oracle, primary commit is the commit point, secondaries committed \
+                 by the committing thread)"
             ),
             Kind::Async => format!(
                 "snapshot isolation across {regions} regions: async commit (committed when \
-                 every prewrite succeeded, commit_ts = max min_commit_ts, no oracle call)"
+                 every prewrite succeeded, commit_ts = max min_commit_ts, no oracle call; \
+                 commit records written by the committing thread before commit returns)"
             ),
         }
     }
