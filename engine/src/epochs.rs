@@ -141,12 +141,7 @@ fn bucket(prefix: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn write_key(prefix: &[u8], ts: u64) -> Vec<u8> {
-        let mut key = prefix.to_vec();
-        key.extend_from_slice(&(!ts).to_be_bytes());
-        key
-    }
+    use crate::testing::write_cf_key as write_key;
 
     #[test]
     fn a_written_record_raises_its_bucket_and_no_other() {

@@ -429,13 +429,6 @@ mod tests {
         assert_eq!(engine.path(), dir.path());
     }
 
-    /// A write-CF key: `prefix` and `ts` as the key codec appends it.
-    fn versioned(prefix: &[u8], ts: u64) -> Vec<u8> {
-        let mut key = prefix.to_vec();
-        key.extend_from_slice(&(!ts).to_be_bytes());
-        key
-    }
-
     #[test]
     fn write_ts_ceilings_cover_every_record_across_reopens() {
         let dir = tempfile::tempdir().unwrap();
@@ -444,8 +437,8 @@ mod tests {
             // Empty: nothing to be above.
             assert_eq!(engine.write_ts_ceiling(b"a"), Some(0));
             let mut batch = WriteBatch::new();
-            batch.put(Cf::Write, versioned(b"a", 90), b"w".to_vec());
-            batch.put(Cf::Write, versioned(b"b", 40), b"w".to_vec());
+            batch.put(Cf::Write, write_cf_key(b"a", 90), b"w".to_vec());
+            batch.put(Cf::Write, write_cf_key(b"b", 40), b"w".to_vec());
             engine.write(&batch, WriteOptions::default()).unwrap();
             assert!(engine.write_ts_ceiling(b"a").unwrap() >= 90);
             assert!(engine.latest().write_ts_ceiling(b"b").unwrap() >= 40);
@@ -532,7 +525,7 @@ mod tests {
         let engine = MemoryEngine::new();
         assert_eq!(engine.write_ts_ceiling(b"a"), Some(0));
         let mut batch = WriteBatch::new();
-        batch.put(Cf::Write, versioned(b"a", 7), b"w".to_vec());
+        batch.put(Cf::Write, write_cf_key(b"a", 7), b"w".to_vec());
         engine.write(&batch, WriteOptions::default()).unwrap();
         assert_eq!(engine.snapshot().write_ts_ceiling(b"a"), Some(7));
     }

@@ -27,6 +27,14 @@ impl EngineKind {
     pub const ALL: [EngineKind; 2] = [EngineKind::Memory, EngineKind::Rocks];
 }
 
+/// A write-CF key: `prefix` (an encoded user key) and `ts` as the key
+/// codec appends it (`!ts`, big-endian).
+pub fn write_cf_key(prefix: &[u8], ts: u64) -> Vec<u8> {
+    let mut key = prefix.to_vec();
+    key.extend_from_slice(&(!ts).to_be_bytes());
+    key
+}
+
 /// A new empty RocksDB engine in a temporary directory.
 pub fn temp_rocks_engine() -> RocksEngine {
     RocksEngine::open_temporary().expect("open a temporary RocksDB")

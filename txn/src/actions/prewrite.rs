@@ -618,6 +618,17 @@ mod tests {
         (outcome, reader.statistics().write.total())
     }
 
+    #[track_caller]
+    fn assert_conflict(outcome: &Result<PrewriteKeyResult>, expected: WriteConflictReason) {
+        assert!(
+            matches!(
+                outcome,
+                Err(Error::Mvcc(percolate_mvcc::Error::WriteConflict { reason, .. })) if *reason == expected
+            ),
+            "{outcome:?}"
+        );
+    }
+
     /// The conflict check reads nothing where the engine's ts ceiling of
     /// the key is below the start_ts, and still finds a newer commit or an
     /// own rollback (both at or above the start_ts) where it is not.
@@ -633,16 +644,7 @@ mod tests {
         assert_eq!(reads, 0, "every record is older than 30");
 
         let (outcome, reads) = prewrite_counting_reads(&f, put(), 15);
-        assert!(
-            matches!(
-                outcome,
-                Err(Error::Mvcc(percolate_mvcc::Error::WriteConflict {
-                    reason: WriteConflictReason::Optimistic,
-                    ..
-                }))
-            ),
-            "{outcome:?}"
-        );
+        assert_conflict(&outcome, WriteConflictReason::Optimistic);
         assert!(reads > 0);
 
         // A rollback record sits at the start_ts itself.
@@ -650,16 +652,7 @@ mod tests {
         f.must_rollback(&r, 40);
         let (outcome, _) =
             prewrite_counting_reads(&f, Mutation::put(Key::from_raw(&r), b"v".to_vec()), 40);
-        assert!(
-            matches!(
-                outcome,
-                Err(Error::Mvcc(percolate_mvcc::Error::WriteConflict {
-                    reason: WriteConflictReason::SelfRolledBack,
-                    ..
-                }))
-            ),
-            "{outcome:?}"
-        );
+        assert_conflict(&outcome, WriteConflictReason::SelfRolledBack);
 
         // An insert must see the value, ceiling or not.
         let (outcome, reads) =

@@ -318,6 +318,15 @@ fn unlock_removes_only_the_transactions_own_locks_and_leaves_no_record() {
     );
 }
 
+/// The newest data version `storage`'s version hints hold for `key`.
+fn hinted_version<E: Engine>(storage: &Storage<E>, key: &Key) -> Option<TimeStamp> {
+    storage
+        .concurrency_manager()
+        .version_hints()
+        .newest_data_version(key)
+        .map(|(version, _)| version)
+}
+
 /// Point reads fetch a key's newest data version by point get when the
 /// region noted it at commit (version hints): every answer equals what a
 /// seek gives, over a Rollback and a Lock record above the data, a Delete,
@@ -361,13 +370,7 @@ fn point_reads_with_version_hints_answer_as_seeks_do() {
             commit_ts,
         )
     };
-    let hint = || {
-        storage
-            .concurrency_manager()
-            .version_hints()
-            .newest_data_version(&k)
-            .map(|(version, _)| version)
-    };
+    let hint = || hinted_version(&storage, &k);
     put(10, 11, "v1");
     assert_eq!(hint(), Some(ts(11)));
     agree(12, Some("v1"));
@@ -421,13 +424,7 @@ fn reads_offer_the_versions_they_sought() {
     let writer = Storage::new(engine.clone(), StorageConfig::default());
     let reader = Storage::new(engine, StorageConfig::default());
     let k = key("k");
-    let hint = || {
-        reader
-            .concurrency_manager()
-            .version_hints()
-            .newest_data_version(&k)
-            .map(|(version, _)| version)
-    };
+    let hint = || hinted_version(&reader, &k);
     let put = |start: u64, commit: u64, value: &[u8]| {
         let prewrite = Prewrite::new(
             vec![Mutation::put(k.clone(), value.to_vec())],
