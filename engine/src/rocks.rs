@@ -62,10 +62,12 @@ const DATA_END: u8 = DATA_PREFIX + 1;
 const TS_CEILING_KEY: &[u8] = b"\x01percolate-write-ts-ceiling";
 
 /// How far above a batch's newest commit ts the persisted ceiling is
-/// raised when that ts passes it: 2^32, about 16 seconds of TSO
-/// timestamps (milliseconds shifted left by 18 bits), so that the raise,
-/// one more record in the batch, is rare.
-const TS_CEILING_STEP: u64 = 1 << 32;
+/// raised when that ts passes it: 2^26, about 256 ms of TSO timestamps
+/// (milliseconds shifted left by 18 bits). The raise, one more record in
+/// the batch, comes at most about four times a second; and a ceiling this
+/// close to the newest commit can start a timestamp oracle that lost its
+/// own state just above the data ([`RocksEngine::persisted_ts_ceiling`]).
+const TS_CEILING_STEP: u64 = 1 << 26;
 
 /// Tunables for [`RocksEngine::open_with`].
 #[derive(Clone, Debug)]
@@ -218,6 +220,14 @@ impl RocksEngine {
         &self.inner.db
     }
 
+    /// A commit ts that no write-CF record on disk exceeds, and that
+    /// exceeds the newest one by at most about 256 ms of TSO timestamps
+    /// (records whose key carries no ts aside): a timestamp oracle started
+    /// above it hands out no timestamp at or below a commit in the data.
+    pub fn persisted_ts_ceiling(&self) -> u64 {
+        self.inner.persisted_ceiling.load(Ordering::SeqCst)
+    }
+
     /// Flushes every memtable to SST files and waits for it. Also drops
     /// the idle cursors of [`Engine::latest`] views, which would otherwise
     /// keep the flushed memtables in memory until their next use.
@@ -254,7 +264,9 @@ fn persisted_ts_ceiling(db: &DB) -> Result<u64> {
     iter.seek_to_first();
     let mut newest = 0;
     while let Some(key) = iter.key() {
-        newest = newest.max(crate::epochs::commit_ts(&key[1..]));
+        if crate::write_key_prefix(&key[1..]).is_some() {
+            newest = newest.max(crate::epochs::commit_ts(&key[1..]));
+        }
         iter.next();
     }
     iter.status()?;
@@ -448,7 +460,9 @@ impl RocksEngine {
         for modify in batch.modifies() {
             match modify {
                 Modify::Put { cf, key, value } => {
-                    if *cf == Cf::Write {
+                    // A key with no ts suffix is no commit (its bucket's
+                    // in-memory ceiling is already the largest ts).
+                    if *cf == Cf::Write && crate::write_key_prefix(key).is_some() {
                         newest = newest.max(crate::epochs::commit_ts(key));
                     }
                     set_data_key(&mut stored, key);

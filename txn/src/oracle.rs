@@ -409,11 +409,33 @@ impl LocalOracle {
     /// directory fails here. A damaged file is [`Error::OracleCorrupted`]
     /// and is left as it is.
     pub fn open_with_clock(dir: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self> {
+        Self::open_above(dir, clock, TimeStamp::zero())
+    }
+
+    /// Opens the oracle as [`open_with_clock`](Self::open_with_clock)
+    /// does, its first timestamp also above `floor`: a timestamp the data
+    /// it serves holds nothing above (for RocksDB,
+    /// [`RocksEngine::persisted_ts_ceiling`](percolate_engine::RocksEngine::persisted_ts_ceiling)).
+    /// So an oracle whose state file was lost, or a clock that runs behind
+    /// the one the data was written under, never hands out a timestamp
+    /// below a commit already there.
+    pub fn open_above(
+        dir: impl AsRef<Path>,
+        clock: Arc<dyn Clock>,
+        floor: TimeStamp,
+    ) -> Result<Self> {
         let dir = dir.as_ref();
         fs::create_dir_all(dir).map_err(StateFile::io_error(dir))?;
         let file = StateFile::new(dir);
         let stored = file.load()?.unwrap_or(0);
-        let start_ms = stored.max(clock.now_ms()).min(MAX_LIMIT);
+        // The first physical part above the floor's: the first timestamp
+        // (logical 0 of it) is then above the floor.
+        let above_floor = if floor.is_zero() {
+            0
+        } else {
+            floor.physical().saturating_add(1)
+        };
+        let start_ms = stored.max(clock.now_ms()).max(above_floor).min(MAX_LIMIT);
         let shared = Arc::new(Shared {
             last: AtomicU64::new(ts_of_physical(start_ms)),
             limit: AtomicU64::new(ts_of_physical(stored)),

@@ -203,7 +203,14 @@ impl Client<RocksEngine> {
         // directory, which would otherwise race this one on the oracle's
         // state file.
         let engine = RocksEngine::open(dir.join("db"))?;
-        let oracle: Arc<dyn TimestampOracle> = Arc::new(LocalOracle::open(dir)?);
+        // Above every commit in the data, whatever the oracle's own state
+        // file says (or if it is gone).
+        let floor = TimeStamp::new(engine.persisted_ts_ceiling());
+        let oracle: Arc<dyn TimestampOracle> = Arc::new(LocalOracle::open_above(
+            dir,
+            Arc::new(crate::oracle::SystemClock),
+            floor,
+        )?);
         let max_ts_limit = options.storage.max_ts_limit.clone().or_else(|| {
             Some(MaxTsLimit::new(
                 oracle.clone(),
