@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use percolate::mvcc::TimeStamp;
 use percolate::txn::cluster::Cluster;
 use percolate::txn::concurrency_manager::MaxTsLimit;
-use percolate::txn::oracle::{LocalOracle, TimestampOracle};
+use percolate::txn::oracle::{LocalOracle, SystemClock, TimestampOracle};
 use percolate::txn::storage::StorageConfig;
 use percolate::{Client, Transaction};
 use rand::rngs::StdRng;
@@ -85,8 +85,12 @@ pub struct WriterArgs {
 /// oracle.
 fn open_writer(dir: &Path) -> Result<Client, Failure> {
     std::fs::create_dir_all(dir)?;
+    // RocksDB first, as `Client::open` does: its LOCK file refuses a second
+    // process, and the oracle starts above every commit in the data.
+    let engine = percolate::engine::RocksEngine::open(dir.join("db"))?;
+    let floor = TimeStamp::new(engine.persisted_ts_ceiling());
     let oracle = Arc::new(PrintingOracle {
-        inner: LocalOracle::open(dir)?,
+        inner: LocalOracle::open_above(dir, Arc::new(SystemClock), floor)?,
     });
     let storage = StorageConfig {
         initial_max_ts: oracle.get_ts()?,
@@ -96,7 +100,7 @@ fn open_writer(dir: &Path) -> Result<Client, Failure> {
         )),
         ..StorageConfig::default()
     };
-    let cluster = Cluster::open(dir.join("db"), split_keys(), storage)?;
+    let cluster = Cluster::new(engine, split_keys(), storage);
     Ok(Client::new(cluster, oracle, client_config()))
 }
 
