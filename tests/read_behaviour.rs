@@ -1047,17 +1047,7 @@ impl percolate::engine::Snapshot for HookView {
         self.inner.iter(cf, options)
     }
 
-    fn gets_from_memory(&self, cf: percolate::engine::Cf) -> bool {
-        self.inner.gets_from_memory(cf)
-    }
-
-    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
-        self.inner.write_epoch(prefix)
-    }
-
-    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
-        self.inner.write_ts_ceiling(prefix)
-    }
+    percolate::engine::forward_snapshot_bookkeeping!(inner);
 }
 
 impl Engine for HookEngine {
@@ -1085,17 +1075,7 @@ impl Engine for HookEngine {
         self.inner.write(batch, options)
     }
 
-    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
-        self.inner.write_epoch(prefix)
-    }
-
-    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
-        self.inner.write_ts_ceiling(prefix)
-    }
-
-    fn holds_no_locks(&self) -> bool {
-        self.inner.holds_no_locks()
-    }
+    percolate::engine::forward_engine_bookkeeping!(inner);
 }
 
 /// A batch get reads each key as a point get does, over the latest data:

@@ -116,17 +116,7 @@ impl<E: Engine> Engine for GatedEngine<E> {
         self.inner.latest()
     }
 
-    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
-        self.inner.write_epoch(prefix)
-    }
-
-    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
-        self.inner.write_ts_ceiling(prefix)
-    }
-
-    fn holds_no_locks(&self) -> bool {
-        self.inner.holds_no_locks()
-    }
+    percolate::engine::forward_engine_bookkeeping!(inner);
 
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate::engine::Result<()> {
         let hold = self.hold.lock().unwrap().take();

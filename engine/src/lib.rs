@@ -300,6 +300,78 @@ pub trait Engine: Clone + Send + Sync + 'static {
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()>;
 }
 
+/// Implements, inside the `impl Engine` of a wrapper around another engine
+/// (held in the field named `$inner`), the engine's bookkeeping queries by
+/// asking the wrapped engine: [`Engine::write_epoch`],
+/// [`Engine::write_ts_ceiling`] and [`Engine::holds_no_locks`]. Their
+/// defaults answer "unknown", which is always correct but silently turns
+/// off the caches and shortcuts built on them, so a wrapper that only
+/// watches or delays writes should forward them, and this keeps every such
+/// wrapper forwarding the same set.
+///
+/// ```
+/// use percolate_engine::{Engine, MemoryEngine, WriteBatch, WriteOptions};
+///
+/// #[derive(Clone)]
+/// struct Counting {
+///     inner: MemoryEngine,
+/// }
+///
+/// impl Engine for Counting {
+///     type Snap = <MemoryEngine as Engine>::Snap;
+///     fn snapshot(&self) -> Self::Snap {
+///         self.inner.snapshot()
+///     }
+///     fn latest(&self) -> Self::Snap {
+///         self.inner.latest()
+///     }
+///     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate_engine::Result<()> {
+///         self.inner.write(batch, options)
+///     }
+///     percolate_engine::forward_engine_bookkeeping!(inner);
+/// }
+///
+/// let engine = Counting { inner: MemoryEngine::new() };
+/// assert_eq!(engine.write_ts_ceiling(b"k"), Some(0));
+/// ```
+#[macro_export]
+macro_rules! forward_engine_bookkeeping {
+    ($inner:ident) => {
+        fn write_epoch(&self, prefix: &[u8]) -> ::core::option::Option<u64> {
+            $crate::Engine::write_epoch(&self.$inner, prefix)
+        }
+
+        fn write_ts_ceiling(&self, prefix: &[u8]) -> ::core::option::Option<u64> {
+            $crate::Engine::write_ts_ceiling(&self.$inner, prefix)
+        }
+
+        fn holds_no_locks(&self) -> bool {
+            $crate::Engine::holds_no_locks(&self.$inner)
+        }
+    };
+}
+
+/// The [`Snapshot`] counterpart of [`forward_engine_bookkeeping!`]:
+/// [`Snapshot::write_epoch`], [`Snapshot::write_ts_ceiling`] and
+/// [`Snapshot::gets_from_memory`], asked of the wrapped view in the field
+/// named `$inner`.
+#[macro_export]
+macro_rules! forward_snapshot_bookkeeping {
+    ($inner:ident) => {
+        fn write_epoch(&self, prefix: &[u8]) -> ::core::option::Option<u64> {
+            $crate::Snapshot::write_epoch(&self.$inner, prefix)
+        }
+
+        fn write_ts_ceiling(&self, prefix: &[u8]) -> ::core::option::Option<u64> {
+            $crate::Snapshot::write_ts_ceiling(&self.$inner, prefix)
+        }
+
+        fn gets_from_memory(&self, cf: $crate::Cf) -> bool {
+            $crate::Snapshot::gets_from_memory(&self.$inner, cf)
+        }
+    };
+}
+
 /// A read-only view of an engine: consistent, at one moment, when it comes
 /// from [`Engine::snapshot`]; the latest data at each read when it comes
 /// from [`Engine::latest`].

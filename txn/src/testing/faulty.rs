@@ -79,17 +79,7 @@ impl<E: Engine> Engine for FaultyEngine<E> {
         self.inner.latest()
     }
 
-    fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
-        self.inner.write_epoch(prefix)
-    }
-
-    fn write_ts_ceiling(&self, prefix: &[u8]) -> Option<u64> {
-        self.inner.write_ts_ceiling(prefix)
-    }
-
-    fn holds_no_locks(&self) -> bool {
-        self.inner.holds_no_locks()
-    }
+    percolate_engine::forward_engine_bookkeeping!(inner);
 
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> percolate_engine::Result<()> {
         self.state.waiting.fetch_add(1, Ordering::SeqCst);
