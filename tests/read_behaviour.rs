@@ -287,6 +287,49 @@ fn a16_rc_check_ts_conflicts_on_any_put_or_delete_lock<E: Engine>(f: MvccFixture
     }
 }
 
+/// A16, newer records: at RcCheckTs a record committed above the read ts
+/// fails the read whatever its type (a Put, a Delete, a Lock record or a
+/// Rollback), reported as TiKV does: conflict_start_ts 0 and the record's
+/// commit_ts.
+fn a16_rc_check_ts_reports_any_newer_record_without_its_start_ts<E: Engine>(f: MvccFixture<E>) {
+    f.put_committed(b"put", b"v", 50, 55);
+    f.put_committed(b"del", b"v", 1, 2);
+    f.delete_committed(b"del", 50, 56);
+    f.put_committed(b"lock", b"v", 1, 2);
+    f.lock_committed(b"lock", 50, 57);
+    f.put_committed(b"rb", b"v", 1, 2);
+    f.rollback(b"rb", 58, RollbackProtection::Protected);
+    for (key, commit_ts) in [(&b"put"[..], 55), (b"del", 56), (b"lock", 57), (b"rb", 58)] {
+        let err = get_with(&f, key, 45, |b| {
+            b.isolation_level(IsolationLevel::RcCheckTs)
+        })
+        .unwrap_err();
+        match err {
+            Error::WriteConflict {
+                start_ts,
+                conflict_start_ts,
+                conflict_commit_ts,
+                key: conflict_key,
+                reason,
+                ..
+            } => {
+                assert_eq!(
+                    (start_ts, conflict_start_ts, conflict_commit_ts),
+                    (ts(45), ts(0), ts(commit_ts))
+                );
+                assert_eq!(conflict_key, Key::from_raw(key));
+                assert_eq!(reason, WriteConflictReason::RcCheckTs);
+            }
+            other => panic!("expected WriteConflict, got {other}"),
+        }
+        // At or above the newest record there is nothing to report.
+        let read = get_with(&f, key, commit_ts, |b| {
+            b.isolation_level(IsolationLevel::RcCheckTs)
+        });
+        assert!(read.is_ok(), "{read:?}");
+    }
+}
+
 /// A17: many Lock records with nothing underneath read as none.
 fn a17_many_lock_records_with_nothing_underneath<E: Engine>(f: MvccFixture<E>) {
     for i in 0..15 {
@@ -581,11 +624,13 @@ fn b11_rc_check_ts_scan_fails_on_first_conflict<E: Engine>(f: MvccFixture<E>) {
                 Err(Error::WriteConflict {
                     key,
                     conflict_start_ts,
+                    conflict_commit_ts,
                     reason,
                     ..
                 }) => {
                     assert_eq!(reason, WriteConflictReason::RcCheckTs);
-                    return (keys, Some((key.to_raw().unwrap(), conflict_start_ts)));
+                    let conflict = (conflict_start_ts, conflict_commit_ts);
+                    return (keys, Some((key.to_raw().unwrap(), conflict)));
                 }
                 Err(e) => panic!("{e}"),
             }
@@ -597,31 +642,32 @@ fn b11_rc_check_ts_scan_fails_on_first_conflict<E: Engine>(f: MvccFixture<E>) {
             .map(|n| n.as_bytes().to_vec())
             .collect::<Vec<_>>()
     };
+    // A newer commit is reported without its start_ts, as TiKV does; a
+    // lock with its start_ts and no commit_ts.
     assert_eq!(
         walk(35, false),
-        (keys(&["k0", "k1"]), Some((b"k2".to_vec(), ts(40))))
+        (keys(&["k0", "k1"]), Some((b"k2".to_vec(), (ts(0), ts(42)))))
     );
     assert_eq!(
         walk(70, false),
         (
             keys(&["k0", "k1", "k2", "k3", "k4", "k5"]),
-            Some((b"k6".to_vec(), ts(75)))
+            Some((b"k6".to_vec(), (ts(75), ts(0))))
         )
     );
-    assert_eq!(walk(70, true), (vec![], Some((b"k6".to_vec(), ts(75)))));
-    assert_eq!(walk(35, true).1, Some((b"k6".to_vec(), ts(75))));
+    let k6_locked = Some((b"k6".to_vec(), (ts(75), ts(0))));
+    assert_eq!(walk(70, true), (vec![], k6_locked.clone()));
+    assert_eq!(walk(35, true).1, k6_locked);
+    // Any newer record counts, a Rollback too (TiKV's check_rc_newer_write).
     f.rollback(b"k6", 75, RollbackProtection::Protected);
+    let k6_rolled_back = Some((b"k6".to_vec(), (ts(0), ts(75))));
+    assert_eq!(walk(70, true), (vec![], k6_rolled_back.clone()));
+    assert_eq!(walk(70, false).1, k6_rolled_back);
     assert_eq!(
-        walk(70, true),
+        walk(80, true),
         (keys(&["k6", "k5", "k4", "k3", "k2", "k1", "k0"]), None)
     );
-    assert_eq!(
-        walk(35, true),
-        (
-            keys(&["k6", "k5", "k4", "k3"]),
-            Some((b"k2".to_vec(), ts(40)))
-        )
-    );
+    assert_eq!(walk(35, true), (vec![], k6_rolled_back));
 }
 
 /// A20: reads advance max_ts; stale reads and reads at MAX do not.
@@ -980,6 +1026,7 @@ on_both_engines!(
     a13_access_locks_only_when_the_lock_would_block,
     a14_rc_ignores_locks,
     a16_rc_check_ts_conflicts_on_any_put_or_delete_lock,
+    a16_rc_check_ts_reports_any_newer_record_without_its_start_ts,
     a17_many_lock_records_with_nothing_underneath,
     a19_gc_fence_is_honoured_on_read,
     b1_scan_bounds,

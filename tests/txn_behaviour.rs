@@ -462,7 +462,36 @@ fn c_existence_assertions<E: Engine>(f: TxnFixture<E>) {
     f.must_rollback(b"gone", 20);
     failed(b"there", Assertion::NotExist, (5, 10));
     failed(b"absent", Assertion::Exist, (0, 0));
-    failed(b"gone", Assertion::Exist, (0, 0));
+    // A key whose newest record is a Delete names that Delete, as TiKV does.
+    failed(b"gone", Assertion::Exist, (11, 12));
+}
+
+/// In a multi-key prewrite a failed assertion is held back: a write
+/// conflict on a later key is the error reported (TiKV orders them so), and
+/// with no other error the assertion failure is.
+fn c_assertion_failure_yields_to_a_later_conflict<E: Engine>(f: TxnFixture<E>) {
+    f.must_put_committed(b"a", b"v", 5, 10);
+    f.must_put_committed(b"b", b"v", 5, 40);
+    let mutations = || {
+        vec![
+            put(b"a", b"new").with_assertion(Assertion::NotExist),
+            put(b"b", b"new"),
+        ]
+    };
+    let err = f
+        .assert_unchanged(|| f.prewrite(&props::<E>(b"b", 30), mutations(), None))
+        .unwrap_err();
+    assert_write_conflict(&err, b"b", (30, 5, 40), Optimistic);
+    let err = f
+        .assert_unchanged(|| f.prewrite(&props::<E>(b"b", 50), mutations(), None))
+        .unwrap_err();
+    assert!(
+        matches!(
+            mvcc_err(&err),
+            MvccError::AssertionFailed { key: failed, .. } if *failed == key(b"a")
+        ),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------- group E
@@ -1513,6 +1542,7 @@ on_both_engines!(
     c15_retried_prewrite_of_committed_txn_meets_newer_lock,
     c16_retried_prewrite_of_rolled_back_txn_fails,
     c_existence_assertions,
+    c_assertion_failure_yields_to_a_later_conflict,
     e1_commit_writes_record_of_lock_type,
     e2_commit_ts_not_above_start_ts,
     e4_recommit_at_another_ts_is_a_noop,

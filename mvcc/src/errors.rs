@@ -37,6 +37,9 @@ pub enum PessimisticLockNotFoundReason {
     LockForUpdateTsMismatch,
     /// No lock, and a non-lock conflict was found instead.
     NonLockKeyConflict,
+    /// No lock, and it could not be taken over in the prewrite ("amended"):
+    /// a record at or above the start_ts is on the key.
+    LockMissingAmendFail,
 }
 
 /// What a prewrite asserted about a key's existence.
@@ -158,6 +161,17 @@ pub enum Error {
         key: Key,
         /// What was found instead.
         reason: PessimisticLockNotFoundReason,
+    },
+
+    /// A pessimistic lock request with `lock_only_if_exists` that does not
+    /// also ask for the value: the key's existence would be decided without
+    /// telling the caller, so the request is refused.
+    #[error("txn {start_ts}: lock_only_if_exists on {key} needs return_value")]
+    LockIfExistsFailed {
+        /// The transaction.
+        start_ts: TimeStamp,
+        /// The key.
+        key: Key,
     },
 
     /// The lock on the key is of the wrong kind for the request.

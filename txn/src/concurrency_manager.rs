@@ -30,6 +30,7 @@ use parking_lot::{Mutex, MutexGuard};
 use percolate_mvcc::{Key, Lock, TimeStamp, VersionHints};
 
 use crate::Error;
+use crate::lock_wait::LockWaits;
 use crate::oracle::TimestampOracle;
 use crate::versions::VersionCache;
 
@@ -110,6 +111,9 @@ struct Inner {
     cached_limit: AtomicU64,
     /// The newest data versions of recently committed keys.
     versions: Arc<VersionCache>,
+    /// Where pessimistic lock requests wait (shared by a cluster's
+    /// regions).
+    lock_waits: LockWaits,
 }
 
 /// The slot of one key in the memory lock table.
@@ -192,6 +196,16 @@ impl ConcurrencyManager {
     /// A manager whose `max_ts` starts at `latest_ts` and, with a `limit`,
     /// never goes above it (see [`MaxTsLimit`]).
     pub fn with_limit(latest_ts: TimeStamp, limit: Option<MaxTsLimit>) -> Self {
+        Self::with_lock_waits(latest_ts, limit, LockWaits::default())
+    }
+
+    /// [`with_limit`](Self::with_limit), with pessimistic lock requests
+    /// waiting in `lock_waits` (a table shared with other regions).
+    pub fn with_lock_waits(
+        latest_ts: TimeStamp,
+        limit: Option<MaxTsLimit>,
+        lock_waits: LockWaits,
+    ) -> Self {
         ConcurrencyManager {
             inner: Arc::new(Inner {
                 max_ts: AtomicU64::new(latest_ts.into_inner()),
@@ -200,8 +214,14 @@ impl ConcurrencyManager {
                 limit,
                 cached_limit: AtomicU64::new(0),
                 versions: Arc::default(),
+                lock_waits,
             }),
         }
+    }
+
+    /// The table pessimistic lock requests wait in.
+    pub fn lock_waits(&self) -> &LockWaits {
+        &self.inner.lock_waits
     }
 
     /// Notes the newest data versions a write command is about to write

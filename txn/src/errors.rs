@@ -103,6 +103,32 @@ pub enum Error {
         waited: Duration,
     },
 
+    /// Waiting for the lock would close a cycle of transactions each
+    /// waiting for the next: the request fails at once instead of waiting
+    /// out its timeout. Roll the transaction back (or retry the statement)
+    /// so the others can go on.
+    #[error(
+        "deadlock: txn {start_ts} would wait for txn {lock_ts} on key {lock_key:?}, which waits for it ({} edges)",
+        wait_chain.len()
+    )]
+    Deadlock {
+        /// The transaction whose request closed the cycle.
+        start_ts: TimeStamp,
+        /// The lock owner it would have waited for.
+        lock_ts: TimeStamp,
+        /// The locked raw key.
+        lock_key: Vec<u8>,
+        /// The hash ([`crate::lock_wait::key_hash`]) of the key on which the
+        /// cycle closes: the one the last transaction of the chain waits
+        /// on, whose lock `start_ts` holds.
+        deadlock_key_hash: u64,
+        /// The rest of the cycle, as TiKV reports it: the waits from
+        /// `lock_ts` on, one edge per waiting transaction, up to the one
+        /// waiting for `start_ts` (this request's own wait, `start_ts` for
+        /// `lock_ts` on `lock_key`, is not repeated).
+        wait_chain: Vec<crate::lock_wait::WaitForEntry>,
+    },
+
     /// The timestamp oracle could not read or persist its state file.
     #[error("timestamp oracle file {path}: {source}")]
     OracleIo {
@@ -240,6 +266,7 @@ impl Error {
             Error::Mvcc(e) => e.is_retryable(),
             Error::SchedTooBusy { .. }
             | Error::DeadlineExceeded { .. }
+            | Error::Deadlock { .. }
             | Error::ResolveLockTimeout { .. } => true,
             _ => false,
         }

@@ -39,6 +39,7 @@ pub mod commands;
 pub mod concurrency_manager;
 mod errors;
 pub mod fail;
+pub mod lock_wait;
 pub mod oracle;
 pub mod read;
 pub mod scheduler;

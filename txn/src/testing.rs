@@ -13,6 +13,9 @@ use percolate_mvcc::{
     Key, Lock, LockType, MvccReader, MvccTxn, PointGetterBuilder, TimeStamp, Write, WriteType,
 };
 
+use crate::actions::acquire_pessimistic_lock::{
+    PessimisticLockKeyResult, PessimisticLockOptions, acquire_pessimistic_lock,
+};
 use crate::actions::check_secondary_locks::{SecondaryLockStatus, check_secondary_lock};
 use crate::actions::check_txn_status::{CheckTxnStatusOptions, check_txn_status};
 use crate::actions::cleanup::{CleanupKind, cleanup};
@@ -20,8 +23,10 @@ use crate::actions::commit::commit;
 use crate::actions::gc::{GcInfo, gc};
 use crate::actions::heart_beat::txn_heart_beat;
 use crate::actions::mvcc_by_key::{MvccInfo, mvcc_by_key};
+use crate::actions::pessimistic_rollback::pessimistic_rollback;
 use crate::actions::prewrite::{
-    CommitKind, Mutation, PrewriteResult, TransactionProperties, prewrite_mutations,
+    CommitKind, Mutation, PessimisticAction, PrewriteResult, TransactionKind,
+    TransactionProperties, prewrite_mutations,
 };
 use crate::actions::resolve_lock::{resolve_lock_batch, resolve_lock_key};
 use crate::actions::{ReleasedLock, TxnStatus};
@@ -319,6 +324,137 @@ impl<E: Engine> TxnFixture<E> {
     pub fn must_lock_committed(&self, k: &[u8], start_ts: u64, commit_ts: u64) {
         self.must_prewrite_lock(k, k, start_ts);
         self.must_commit(k, start_ts, commit_ts);
+    }
+
+    // --------------------------------------------------------- pessimistic
+
+    /// Options of a pessimistic lock request of the transaction with
+    /// primary `primary` at `for_update_ts`, TTL 3 s, returning nothing.
+    pub fn lock_options(primary: &[u8], for_update_ts: u64) -> PessimisticLockOptions {
+        PessimisticLockOptions {
+            primary: primary.to_vec(),
+            for_update_ts: ts(for_update_ts),
+            lock_ttl: 3000,
+            ..Default::default()
+        }
+    }
+
+    /// Runs AcquirePessimisticLock on `k` for the transaction `start_ts`
+    /// and writes its result.
+    pub fn acquire_pessimistic_lock(
+        &self,
+        k: &[u8],
+        start_ts: u64,
+        should_not_exist: bool,
+        options: &PessimisticLockOptions,
+    ) -> Result<PessimisticLockKeyResult> {
+        self.run(start_ts, |txn, reader| {
+            acquire_pessimistic_lock(txn, reader, key(k), should_not_exist, options)
+        })
+    }
+
+    /// Locks `k` pessimistically (primary `primary`, `for_update_ts`);
+    /// panics on error.
+    #[track_caller]
+    pub fn must_acquire_pessimistic_lock(
+        &self,
+        k: &[u8],
+        primary: &[u8],
+        start_ts: u64,
+        for_update_ts: u64,
+    ) {
+        self.acquire_pessimistic_lock(
+            k,
+            start_ts,
+            false,
+            &Self::lock_options(primary, for_update_ts),
+        )
+        .unwrap_or_else(|e| panic!("acquire_pessimistic_lock failed: {e}"));
+    }
+
+    /// Locks `k` pessimistically, expecting an error; checks that nothing
+    /// was written.
+    #[track_caller]
+    pub fn must_acquire_pessimistic_lock_err(
+        &self,
+        k: &[u8],
+        primary: &[u8],
+        start_ts: u64,
+        for_update_ts: u64,
+    ) -> Error {
+        let options = Self::lock_options(primary, for_update_ts);
+        self.run_err(start_ts, |txn, reader| {
+            acquire_pessimistic_lock(txn, reader, key(k), false, &options)
+        })
+    }
+
+    /// Properties of a pessimistic 2PC transaction at `for_update_ts`.
+    pub fn pessimistic_props(
+        primary: &[u8],
+        start_ts: u64,
+        for_update_ts: u64,
+    ) -> TransactionProperties {
+        TransactionProperties {
+            kind: TransactionKind::Pessimistic {
+                for_update_ts: ts(for_update_ts),
+            },
+            ..Self::props(primary, start_ts)
+        }
+    }
+
+    /// Prewrites a Put of `k` in a pessimistic 2PC transaction with
+    /// `action`; returns the request's answer.
+    pub fn pessimistic_prewrite_put(
+        &self,
+        k: &[u8],
+        value: &[u8],
+        primary: &[u8],
+        start_ts: u64,
+        for_update_ts: u64,
+        action: PessimisticAction,
+    ) -> Result<PrewriteResult> {
+        let mutation = Mutation::put(key(k), value.to_vec()).with_pessimistic_action(action);
+        self.prewrite(
+            &Self::pessimistic_props(primary, start_ts, for_update_ts),
+            vec![mutation],
+            None,
+        )
+    }
+
+    /// [`pessimistic_prewrite_put`](Self::pessimistic_prewrite_put) with
+    /// `DoPessimisticCheck`; panics on error or locks.
+    #[track_caller]
+    pub fn must_pessimistic_prewrite_put(
+        &self,
+        k: &[u8],
+        value: &[u8],
+        primary: &[u8],
+        start_ts: u64,
+        for_update_ts: u64,
+    ) {
+        let result = self.pessimistic_prewrite_put(
+            k,
+            value,
+            primary,
+            start_ts,
+            for_update_ts,
+            PessimisticAction::DoPessimisticCheck,
+        );
+        match result {
+            Ok(r) if r.locks.is_empty() => {}
+            Ok(r) => panic!("pessimistic prewrite met locks: {:?}", r.locks),
+            Err(e) => panic!("pessimistic prewrite failed: {e}"),
+        }
+    }
+
+    /// Rolls back the pessimistic lock of `start_ts` on `k` taken at or
+    /// below `for_update_ts`; returns whether one was removed.
+    pub fn must_pessimistic_rollback(&self, k: &[u8], start_ts: u64, for_update_ts: u64) -> bool {
+        self.run(start_ts, |txn, reader| {
+            pessimistic_rollback(txn, reader, key(k), ts(for_update_ts))
+        })
+        .unwrap_or_else(|e| panic!("pessimistic rollback failed: {e}"))
+        .is_some()
     }
 
     // ------------------------------------------------- records, directly

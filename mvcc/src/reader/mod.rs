@@ -206,22 +206,23 @@ pub(crate) fn check_rc_newer_write<S: percolate_engine::Snapshot>(
     if level != IsolationLevel::RcCheckTs {
         return Ok(());
     }
-    match reader.newer_data_write(key, ts)? {
-        Some((commit_ts, start_ts)) => Err(rc_check_ts_conflict(key, ts, start_ts, commit_ts)),
-        None => Ok(()),
+    match reader.seek_write(key, TimeStamp::max())? {
+        Some((commit_ts, _)) if commit_ts > ts => Err(rc_check_ts_conflict(key, ts, commit_ts)),
+        _ => Ok(()),
     }
 }
 
-/// The error of an RcCheckTs read at `ts` that met data committed above it.
+/// The error of an RcCheckTs read at `ts` that met a record committed above
+/// it (of any type, as TiKV counts them). As in TiKV, the record's start_ts
+/// is not reported: `conflict_start_ts` is zero.
 pub(crate) fn rc_check_ts_conflict(
     key: &Key,
     ts: TimeStamp,
-    conflict_start_ts: TimeStamp,
     conflict_commit_ts: TimeStamp,
 ) -> Error {
     Error::WriteConflict {
         start_ts: ts,
-        conflict_start_ts,
+        conflict_start_ts: TimeStamp::zero(),
         conflict_commit_ts,
         key: key.clone(),
         primary: Vec::new(),

@@ -327,25 +327,6 @@ impl<S: Snapshot> MvccReader<S> {
         }))
     }
 
-    /// The newest Put or Delete of `key` committed above `ts`, as
-    /// `(commit_ts, start_ts)`: data a reader at `ts` cannot see.
-    pub fn newer_data_write(
-        &mut self,
-        key: &Key,
-        ts: TimeStamp,
-    ) -> Result<Option<(TimeStamp, TimeStamp)>> {
-        self.walk_versions(key, TimeStamp::max(), |commit_ts, write| {
-            Ok(if commit_ts <= ts {
-                ControlFlow::Break(None)
-            } else if matches!(write.write_type, WriteType::Put | WriteType::Delete) {
-                ControlFlow::Break(Some((commit_ts, write.start_ts)))
-            } else {
-                ControlFlow::Continue(())
-            })
-        })
-        .map(Option::flatten)
-    }
-
     /// Every record of `key` with commit_ts `<= ts`, newest first.
     pub fn scan_writes(&mut self, key: &Key, ts: TimeStamp) -> Result<Vec<(TimeStamp, Write)>> {
         let mut all = Vec::new();

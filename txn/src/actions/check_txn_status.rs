@@ -6,7 +6,9 @@
 //! reader's start_ts).
 
 use percolate_engine::Snapshot;
-use percolate_mvcc::{Key, Lock, LockType, MvccReader, MvccTxn, TimeStamp};
+use percolate_mvcc::{
+    Key, Lock, LockType, MvccReader, MvccTxn, TimeStamp, TxnCommitRecord, WriteType,
+};
 
 use super::{
     MissingLockAction, ReleasedLock, TxnStatus, check_txn_status_missing_lock, is_expired,
@@ -106,6 +108,14 @@ fn lock_exists<S: Snapshot>(
     if lock.use_async_commit && !options.force_sync_commit {
         return Ok((uncommitted(lock, false), None));
     }
+    if lock.is_pessimistic_lock() && lock.is_locked_with_conflict {
+        // Taken despite a conflict, this lock may outlive its transaction:
+        // its commit or rollback record decides, and the lock is stale.
+        if let Some(status) = determined_status(reader, &primary, txn.start_ts())? {
+            let released = unlock(txn, primary, TimeStamp::zero());
+            return Ok((status, Some(released)));
+        }
+    }
     if is_expired(&lock, options.current_ts) {
         if options.resolving_pessimistic_lock && lock.lock_type == LockType::Pessimistic {
             let released = unlock(txn, primary, TimeStamp::zero());
@@ -121,8 +131,29 @@ fn lock_exists<S: Snapshot>(
         lock.min_commit_ts = caller.next().max(options.current_ts);
         txn.put_lock(primary, &lock);
     }
-    let pushed = !caller.is_zero() && lock.min_commit_ts > caller;
+    // A caller at u64::MAX (a point read without a timestamp) pushes
+    // nothing, and may always read past the lock.
+    let pushed = caller.is_max() || (!caller.is_zero() && lock.min_commit_ts > caller);
     Ok((uncommitted(lock, pushed), None))
+}
+
+/// The transaction's outcome if its commit or rollback record is on `key`.
+fn determined_status<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    key: &Key,
+    start_ts: TimeStamp,
+) -> Result<Option<TxnStatus>> {
+    Ok(match reader.get_txn_commit_record(key, start_ts)? {
+        TxnCommitRecord::SingleRecord { commit_ts, write }
+            if write.write_type != WriteType::Rollback =>
+        {
+            Some(TxnStatus::Committed { commit_ts })
+        }
+        TxnCommitRecord::SingleRecord { .. } | TxnCommitRecord::OverlappedRollback { .. } => {
+            Some(TxnStatus::RolledBack)
+        }
+        TxnCommitRecord::None { .. } => None,
+    })
 }
 
 fn uncommitted(lock: Lock, min_commit_ts_pushed: bool) -> TxnStatus {

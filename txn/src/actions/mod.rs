@@ -11,6 +11,7 @@
 //! cleanup, batch rollback, check_txn_status (on an expired lock) and
 //! check_secondary_locks.
 
+pub mod acquire_pessimistic_lock;
 pub mod check_secondary_locks;
 pub mod check_txn_status;
 pub mod cleanup;
@@ -18,6 +19,7 @@ pub mod commit;
 pub mod gc;
 pub mod heart_beat;
 pub mod mvcc_by_key;
+pub mod pessimistic_rollback;
 pub mod prewrite;
 pub mod resolve_lock;
 pub mod scan_lock;

@@ -16,8 +16,8 @@
 
 use percolate_engine::Snapshot;
 use percolate_mvcc::{
-    Assertion, Key, Lock, LockType, MvccReader, MvccTxn, TimeStamp, Write, WriteConflictReason,
-    WriteType, is_short_value,
+    Assertion, Key, Lock, LockType, MvccReader, MvccTxn, PessimisticLockNotFoundReason, TimeStamp,
+    Write, WriteConflictReason, WriteType, is_short_value,
 };
 
 use crate::{Error, Result};
@@ -47,6 +47,33 @@ pub struct Mutation {
     pub kind: MutationKind,
     /// What the key's existence must be, if checked. Defaults to unchecked.
     pub assertion: Option<Assertion>,
+    /// In a pessimistic transaction, what to check of the key's
+    /// pessimistic lock. Defaults to [`PessimisticAction::SkipPessimisticCheck`];
+    /// ignored by optimistic transactions.
+    pub pessimistic_action: PessimisticAction,
+    /// In a pessimistic transaction, the for_update_ts the key's
+    /// pessimistic lock must have (`PessimisticLockNotFound` otherwise).
+    /// `None`: any.
+    pub expected_for_update_ts: Option<TimeStamp>,
+}
+
+/// What a pessimistic prewrite checks of a key's pessimistic lock (TiKV's
+/// `PrewriteRequestPessimisticAction`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PessimisticAction {
+    /// The key was not locked pessimistically, and the caller knows it
+    /// cannot conflict: no lock is required, and no newer record is looked
+    /// for.
+    #[default]
+    SkipPessimisticCheck,
+    /// The key holds this transaction's pessimistic lock, which the prewrite
+    /// replaces. A missing lock is taken over ("amended") when no record
+    /// at or above the start_ts is on the key.
+    DoPessimisticCheck,
+    /// The key was not locked, and its uniqueness check was deferred to the
+    /// prewrite: any record newer than the start_ts is a conflict
+    /// (`LazyUniquenessCheck`), and an insert checks existence.
+    DoConstraintCheck,
 }
 
 impl Mutation {
@@ -55,6 +82,8 @@ impl Mutation {
             key,
             kind,
             assertion: None,
+            pessimistic_action: PessimisticAction::default(),
+            expected_for_update_ts: None,
         }
     }
 
@@ -87,6 +116,20 @@ impl Mutation {
     #[must_use]
     pub fn with_assertion(mut self, assertion: Assertion) -> Self {
         self.assertion = Some(assertion);
+        self
+    }
+
+    /// Sets what a pessimistic prewrite checks of the key's lock.
+    #[must_use]
+    pub fn with_pessimistic_action(mut self, action: PessimisticAction) -> Self {
+        self.pessimistic_action = action;
+        self
+    }
+
+    /// Requires the key's pessimistic lock to have `for_update_ts`.
+    #[must_use]
+    pub fn with_expected_for_update_ts(mut self, for_update_ts: TimeStamp) -> Self {
+        self.expected_for_update_ts = Some(for_update_ts);
         self
     }
 
@@ -131,6 +174,30 @@ pub enum CommitKind {
     },
 }
 
+/// Whether the transaction locks optimistically or pessimistically.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TransactionKind {
+    /// Conflicts are found at prewrite: any record newer than the start_ts.
+    #[default]
+    Optimistic,
+    /// Keys were locked before the prewrite (AcquirePessimisticLock), at
+    /// `for_update_ts`: the prewrite turns those locks into ordinary ones.
+    Pessimistic {
+        /// The transaction's latest for_update_ts.
+        for_update_ts: TimeStamp,
+    },
+}
+
+impl TransactionKind {
+    /// The for_update_ts of a pessimistic transaction; zero otherwise.
+    pub fn for_update_ts(self) -> TimeStamp {
+        match self {
+            TransactionKind::Optimistic => TimeStamp::zero(),
+            TransactionKind::Pessimistic { for_update_ts } => for_update_ts,
+        }
+    }
+}
+
 /// Everything about the transaction a prewrite needs besides its mutations.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TransactionProperties {
@@ -146,6 +213,8 @@ pub struct TransactionProperties {
     pub min_commit_ts: TimeStamp,
     /// Defaults to [`CommitKind::TwoPc`].
     pub commit_kind: CommitKind,
+    /// Defaults to [`TransactionKind::Optimistic`].
+    pub kind: TransactionKind,
     /// The region's max_ts, read after the keys were put in the in-memory
     /// lock table (async commit and 1PC only).
     pub max_ts: TimeStamp,
@@ -159,11 +228,18 @@ pub struct PrewriteKeyResult {
     /// For 1PC: the lock that would have been written, to be turned into a
     /// commit record once the commit_ts is known.
     pub one_pc_lock: Option<(Key, Lock)>,
+    /// For 1PC: the key holds this transaction's pessimistic lock, which the
+    /// commit removes.
+    pub remove_pessimistic_lock: bool,
 }
 
 /// Prewrites one mutation of the transaction `props.start_ts`.
 /// `secondaries` is given for the primary key of an async-commit
 /// transaction.
+///
+/// A pessimistic transaction's mutation replaces its pessimistic lock (see
+/// [`PessimisticAction`]): the new lock keeps the larger TTL, min_commit_ts
+/// and for_update_ts of the two.
 pub fn prewrite<S: Snapshot>(
     txn: &mut MvccTxn,
     reader: &mut MvccReader<S>,
@@ -172,23 +248,43 @@ pub fn prewrite<S: Snapshot>(
     secondaries: Option<&[Vec<u8>]>,
 ) -> Result<PrewriteKeyResult> {
     debug_assert_eq!(txn.start_ts(), props.start_ts);
-    if let Some(existing) = check_lock(reader, props, &mutation.key)? {
-        return Ok(existing);
+    let pessimistic = matches!(props.kind, TransactionKind::Pessimistic { .. });
+    if pessimistic && mutation.kind == MutationKind::CheckNotExists {
+        return Err(Error::InvalidRequest {
+            reason: "CheckNotExists cannot be part of a pessimistic prewrite",
+            key: Some(mutation.key),
+        });
     }
-    // Only an existence check needs the newest record itself. The conflict
-    // check alone needs no read when every record of the key is older than
-    // the start_ts: then none is newer, and none is a rollback of this
-    // transaction (written at its start_ts).
-    if mutation.checks_existence() {
-        let newest = check_for_newer_version(reader, props, &mutation.key)?;
-        check_existence(reader, props, &mutation, newest)?;
-    } else if !reader.no_write_since(&mutation.key, props.start_ts) {
-        check_for_newer_version(reader, props, &mutation.key)?;
+    let mut own = OwnLock::default();
+    match reader.load_lock(&mutation.key)? {
+        Some(lock) => match check_lock(props, &mutation, lock)? {
+            LockStatus::Prewritten(done) => return Ok(done),
+            LockStatus::Pessimistic(lock) => own.pessimistic = Some(lock),
+        },
+        None if pessimistic
+            && mutation.pessimistic_action == PessimisticAction::DoPessimisticCheck =>
+        {
+            amend_pessimistic_lock(reader, props, &mutation.key)?;
+            own.amended = true;
+        }
+        None => {}
+    }
+    if !skips_constraint_check(props, &mutation) {
+        // Only an existence check needs the newest record itself. The
+        // conflict check alone needs no read when every record of the key
+        // is older than the start_ts: then none is newer, and none is a
+        // rollback of this transaction (written at its start_ts).
+        if mutation.checks_existence() {
+            let newest = check_for_newer_version(reader, props, &mutation)?;
+            check_existence(reader, props, &mutation, newest)?;
+        } else if !reader.no_write_since(&mutation.key, props.start_ts) {
+            check_for_newer_version(reader, props, &mutation)?;
+        }
     }
     let Some(lock_type) = mutation.lock_type() else {
         return Ok(PrewriteKeyResult {
             min_commit_ts: check_only_min_commit_ts(props),
-            one_pc_lock: None,
+            ..Default::default()
         });
     };
     let mut lock = Lock::new(
@@ -199,6 +295,12 @@ pub fn prewrite<S: Snapshot>(
     );
     lock.txn_size = props.txn_size;
     lock.min_commit_ts = props.min_commit_ts;
+    lock.for_update_ts = props.kind.for_update_ts();
+    if let Some(held) = &own.pessimistic {
+        lock.ttl = lock.ttl.max(held.ttl);
+        lock.min_commit_ts = lock.min_commit_ts.max(held.min_commit_ts);
+        lock.for_update_ts = lock.for_update_ts.max(held.for_update_ts);
+    }
     if let MutationKind::Put(value) | MutationKind::Insert(value) = mutation.kind {
         if is_short_value(&value) {
             lock.short_value = Some(value);
@@ -211,112 +313,234 @@ pub fn prewrite<S: Snapshot>(
         return Ok(PrewriteKeyResult {
             min_commit_ts,
             one_pc_lock: Some((mutation.key, lock)),
+            remove_pessimistic_lock: own.pessimistic.is_some(),
         });
     }
     txn.put_lock(mutation.key, &lock);
     Ok(PrewriteKeyResult {
         min_commit_ts,
-        one_pc_lock: None,
+        ..Default::default()
     })
 }
 
-/// Another transaction's lock blocks the prewrite; this transaction's own
-/// lock means the request is a retry and there is nothing to do.
-fn check_lock<S: Snapshot>(
-    reader: &mut MvccReader<S>,
+/// What the prewrite found of the transaction's own lock on the key.
+#[derive(Default)]
+struct OwnLock {
+    /// Its pessimistic lock, replaced by the prewrite.
+    pessimistic: Option<Lock>,
+    /// Its pessimistic lock was missing and is taken over.
+    amended: bool,
+}
+
+/// The transaction's own lock on a key, as the prewrite finds it.
+enum LockStatus {
+    /// Already prewritten: the request is a retry, answered as it was.
+    Prewritten(PrewriteKeyResult),
+    /// A pessimistic lock of a pessimistic transaction, to be replaced.
+    Pessimistic(Lock),
+}
+
+/// Another transaction's lock blocks the prewrite (in a pessimistic
+/// transaction, a key that should hold its pessimistic lock reports it
+/// missing instead); this transaction's own prewrite lock means the request
+/// is a retry; its pessimistic lock is replaced.
+fn check_lock(
     props: &TransactionProperties,
-    key: &Key,
-) -> Result<Option<PrewriteKeyResult>> {
-    let Some(lock) = reader.load_lock(key)? else {
-        return Ok(None);
-    };
+    mutation: &Mutation,
+    lock: Lock,
+) -> Result<LockStatus> {
+    let key = &mutation.key;
+    let pessimistic = matches!(props.kind, TransactionKind::Pessimistic { .. });
     if lock.ts != props.start_ts {
-        return Err(super::key_is_locked(key, lock));
-    }
-    if lock.lock_type == LockType::Pessimistic {
-        return Err(percolate_mvcc::Error::LockTypeNotMatch {
-            start_ts: props.start_ts,
-            key: key.clone(),
-            pessimistic: true,
+        if pessimistic && mutation.pessimistic_action == PessimisticAction::DoPessimisticCheck {
+            return Err(lock_not_found(
+                props,
+                key,
+                PessimisticLockNotFoundReason::LockTsMismatch,
+            ));
         }
-        .into());
+        let mut locked = lock;
+        if pessimistic {
+            // Resolve it at once: a pessimistic transaction's key that
+            // needs no pessimistic lock should not wait out a TTL.
+            locked.ttl = 0;
+        }
+        return Err(super::key_is_locked(key, locked));
+    }
+    if lock.is_pessimistic_lock() {
+        if !pessimistic {
+            return Err(percolate_mvcc::Error::LockTypeNotMatch {
+                start_ts: props.start_ts,
+                key: key.clone(),
+                pessimistic: true,
+            }
+            .into());
+        }
+        if mutation
+            .expected_for_update_ts
+            .is_some_and(|expected| expected != lock.for_update_ts)
+        {
+            return Err(lock_not_found(
+                props,
+                key,
+                PessimisticLockNotFoundReason::LockForUpdateTsMismatch,
+            ));
+        }
+        return Ok(LockStatus::Pessimistic(lock));
     }
     let min_commit_ts = if lock.use_async_commit {
         lock.min_commit_ts
     } else {
         TimeStamp::zero()
     };
-    Ok(Some(PrewriteKeyResult {
+    Ok(LockStatus::Prewritten(PrewriteKeyResult {
         min_commit_ts,
-        one_pc_lock: None,
+        ..Default::default()
     }))
 }
 
-/// Any record newer than the start_ts is a write conflict; a rollback of
-/// this very transaction (its own record, or another commit record marked
-/// overlapped at start_ts) means it was rolled back. Returns the newest
-/// record otherwise.
-fn check_for_newer_version<S: Snapshot>(
+fn lock_not_found(
+    props: &TransactionProperties,
+    key: &Key,
+    reason: PessimisticLockNotFoundReason,
+) -> Error {
+    percolate_mvcc::Error::PessimisticLockNotFound {
+        start_ts: props.start_ts,
+        key: key.clone(),
+        reason,
+    }
+    .into()
+}
+
+/// A key that should hold the transaction's pessimistic lock has none (its
+/// lock request failed or was lost): the prewrite may take the key anyway
+/// if no record at or above the start_ts is on it, which is what the lock
+/// would have guaranteed.
+fn amend_pessimistic_lock<S: Snapshot>(
     reader: &mut MvccReader<S>,
     props: &TransactionProperties,
     key: &Key,
-) -> Result<Option<(TimeStamp, Write)>> {
-    let Some((commit_ts, write)) = reader.seek_write(key, TimeStamp::max())? else {
-        return Ok(None);
-    };
-    let conflict = |reason| {
-        Err(Error::from(percolate_mvcc::Error::WriteConflict {
-            start_ts: props.start_ts,
-            conflict_start_ts: write.start_ts,
-            conflict_commit_ts: commit_ts,
-            key: key.clone(),
-            primary: props.primary.clone(),
-            reason,
-        }))
-    };
-    if commit_ts == props.start_ts
-        && (write.write_type == WriteType::Rollback || write.has_overlapped_rollback)
-    {
-        return conflict(WriteConflictReason::SelfRolledBack);
+) -> Result<()> {
+    match reader.seek_write(key, TimeStamp::max())? {
+        Some((commit_ts, _)) if commit_ts >= props.start_ts => Err(lock_not_found(
+            props,
+            key,
+            PessimisticLockNotFoundReason::LockMissingAmendFail,
+        )),
+        _ => Ok(()),
     }
-    if commit_ts > props.start_ts {
-        return conflict(WriteConflictReason::Optimistic);
-    }
-    Ok(Some((commit_ts, write)))
 }
 
-/// The existing value's `(start_ts, commit_ts)`, if the key exists at the
-/// start_ts, found from the newest record.
-fn existing_version<S: Snapshot>(
+/// Whether the prewrite skips looking for newer records: a pessimistic
+/// transaction's key is checked only when its uniqueness check was
+/// deferred (its pessimistic lock, or the caller, already vouches for it).
+fn skips_constraint_check(props: &TransactionProperties, mutation: &Mutation) -> bool {
+    match props.kind {
+        TransactionKind::Optimistic => false,
+        TransactionKind::Pessimistic { .. } => {
+            mutation.pessimistic_action != PessimisticAction::DoConstraintCheck
+        }
+    }
+}
+
+/// Any record newer than the start_ts is a write conflict for an optimistic
+/// transaction; for a pessimistic one a commit newer than the start_ts is
+/// (`LazyUniquenessCheck`), and a record newer than its for_update_ts other
+/// than a Rollback means its lock was lost. A rollback of this very
+/// transaction (its own record, or another commit record marked overlapped
+/// at start_ts) means it was rolled back. Returns the newest record
+/// otherwise.
+fn check_for_newer_version<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    props: &TransactionProperties,
+    mutation: &Mutation,
+) -> Result<Option<(TimeStamp, Write)>> {
+    let key = &mutation.key;
+    let mut seek_ts = TimeStamp::max();
+    while let Some((commit_ts, write)) = reader.seek_write(key, seek_ts)? {
+        let conflict = |reason| {
+            Err(Error::from(percolate_mvcc::Error::WriteConflict {
+                start_ts: props.start_ts,
+                conflict_start_ts: write.start_ts,
+                conflict_commit_ts: commit_ts,
+                key: key.clone(),
+                primary: props.primary.clone(),
+                reason,
+            }))
+        };
+        if commit_ts == props.start_ts
+            && (write.write_type == WriteType::Rollback || write.has_overlapped_rollback)
+        {
+            return conflict(WriteConflictReason::SelfRolledBack);
+        }
+        match props.kind {
+            TransactionKind::Optimistic => {
+                if commit_ts > props.start_ts {
+                    return conflict(WriteConflictReason::Optimistic);
+                }
+            }
+            TransactionKind::Pessimistic { for_update_ts } => {
+                if commit_ts > props.start_ts
+                    && mutation.pessimistic_action == PessimisticAction::DoConstraintCheck
+                {
+                    return conflict(WriteConflictReason::LazyUniquenessCheck);
+                }
+                if commit_ts > for_update_ts {
+                    // A newer rollback does not stop the key: rollbacks are
+                    // written whether or not the key is locked.
+                    if write.write_type == WriteType::Rollback && !commit_ts.is_zero() {
+                        seek_ts = commit_ts.prev();
+                        continue;
+                    }
+                    return Err(lock_not_found(
+                        props,
+                        key,
+                        PessimisticLockNotFoundReason::NonLockKeyConflict,
+                    ));
+                }
+            }
+        }
+        return Ok(Some((commit_ts, write)));
+    }
+    Ok(None)
+}
+
+/// The key's newest Put or Delete at the start_ts, found from the newest
+/// record (walking down past Lock and Rollback records): whether it is a
+/// value, with its `(start_ts, commit_ts)`.
+fn newest_data_version<S: Snapshot>(
     reader: &mut MvccReader<S>,
     start_ts: TimeStamp,
     key: &Key,
-    newest: Option<(TimeStamp, Write)>,
-) -> Result<Option<(TimeStamp, TimeStamp)>> {
-    let Some((commit_ts, write)) = newest else {
-        return Ok(None);
-    };
-    match write.write_type {
-        WriteType::Put if write.as_ref().check_gc_fence_as_latest_version(start_ts) => {
-            Ok(Some((write.start_ts, commit_ts)))
+    mut newest: Option<(TimeStamp, Write)>,
+) -> Result<Option<(bool, TimeStamp, TimeStamp)>> {
+    while let Some((commit_ts, write)) = newest {
+        match write.write_type {
+            WriteType::Put => {
+                let exists = write.as_ref().check_gc_fence_as_latest_version(start_ts);
+                return Ok(Some((exists, write.start_ts, commit_ts)));
+            }
+            WriteType::Delete => return Ok(Some((false, write.start_ts, commit_ts))),
+            _ if commit_ts.is_zero() => return Ok(None),
+            _ => newest = reader.seek_write(key, commit_ts.prev())?,
         }
-        WriteType::Put | WriteType::Delete => Ok(None),
-        _ if commit_ts.is_zero() => Ok(None),
-        _ => Ok(reader
-            .get_write_with_commit_ts(key, commit_ts.prev(), Some(start_ts))?
-            .map(|(put, put_commit_ts)| (put.start_ts, put_commit_ts))),
     }
+    Ok(None)
 }
 
-/// Insert / CheckNotExists and existence assertions.
+/// Insert / CheckNotExists and existence assertions. A failed assertion
+/// names the key's newest Put or Delete (zeros when it has none).
 fn check_existence<S: Snapshot>(
     reader: &mut MvccReader<S>,
     props: &TransactionProperties,
     mutation: &Mutation,
     newest: Option<(TimeStamp, Write)>,
 ) -> Result<()> {
-    let existing = existing_version(reader, props.start_ts, &mutation.key, newest)?;
-    if let (true, Some((existing_start_ts, _))) = (mutation.should_not_exist(), existing) {
+    let version = newest_data_version(reader, props.start_ts, &mutation.key, newest)?;
+    let exists = version.is_some_and(|(exists, _, _)| exists);
+    if let (true, true, Some((_, existing_start_ts, _))) =
+        (mutation.should_not_exist(), exists, version)
+    {
         return Err(percolate_mvcc::Error::AlreadyExist {
             key: mutation.key.clone(),
             existing_start_ts,
@@ -324,14 +548,16 @@ fn check_existence<S: Snapshot>(
         .into());
     }
     let holds = match mutation.assertion {
-        Some(Assertion::Exist) => existing.is_some(),
-        Some(Assertion::NotExist) => existing.is_none(),
+        Some(Assertion::Exist) => exists,
+        Some(Assertion::NotExist) => !exists,
         _ => true,
     };
     if holds {
         return Ok(());
     }
-    let (existing_start_ts, existing_commit_ts) = existing.unwrap_or_default();
+    let (existing_start_ts, existing_commit_ts) = version
+        .map(|(_, start_ts, commit_ts)| (start_ts, commit_ts))
+        .unwrap_or_default();
     Err(percolate_mvcc::Error::AssertionFailed {
         start_ts: props.start_ts,
         key: mutation.key.clone(),
@@ -377,9 +603,10 @@ fn commit_ts_bound(
     };
     let min_commit_ts = props
         .max_ts
+        .max(props.start_ts)
+        .max(props.kind.for_update_ts())
         .next()
-        .max(props.start_ts.next())
-        .max(props.min_commit_ts);
+        .max(lock.min_commit_ts);
     if !max_commit_ts.is_zero() && min_commit_ts > max_commit_ts {
         return Err(percolate_mvcc::Error::CommitTsTooLarge {
             start_ts: props.start_ts,
@@ -450,6 +677,9 @@ fn prewrite_all<S: Snapshot>(
     let mut reader = MvccReader::new(snapshot.clone()).ascending(ascending);
     let mut result = PrewriteResult::default();
     let mut one_pc_locks = Vec::new();
+    // Reported only if nothing else goes wrong: a conflict or a lock on a
+    // later key is the error the client must act on first.
+    let mut assertion_failure = None;
     for mutation in mutations {
         let key = &mutation.key;
         let is_primary = key.is_encoded_from(&props.primary);
@@ -457,7 +687,12 @@ fn prewrite_all<S: Snapshot>(
         match prewrite(&mut txn, &mut reader, props, mutation.clone(), secondaries) {
             Ok(done) => {
                 result.min_commit_ts = result.min_commit_ts.max(done.min_commit_ts);
-                one_pc_locks.extend(done.one_pc_lock);
+                if let Some((key, lock)) = done.one_pc_lock {
+                    one_pc_locks.push((key, lock, done.remove_pessimistic_lock));
+                }
+            }
+            Err(e @ Error::Mvcc(percolate_mvcc::Error::AssertionFailed { .. })) => {
+                assertion_failure.get_or_insert(e);
             }
             Err(e) if is_lock_or_conflict(&e) => {
                 if let Some(commit_ts) = committed_ts(&mut reader, props, key)? {
@@ -473,6 +708,9 @@ fn prewrite_all<S: Snapshot>(
             }
             Err(e) => return Err(e),
         }
+    }
+    if let Some(e) = assertion_failure {
+        return Err(e);
     }
     if !result.locks.is_empty() {
         result.min_commit_ts = TimeStamp::zero();
@@ -494,7 +732,9 @@ fn is_lock_or_conflict(e: &Error) -> bool {
     matches!(
         e,
         Error::Mvcc(
-            percolate_mvcc::Error::KeyIsLocked(_) | percolate_mvcc::Error::WriteConflict { .. }
+            percolate_mvcc::Error::KeyIsLocked(_)
+                | percolate_mvcc::Error::WriteConflict { .. }
+                | percolate_mvcc::Error::PessimisticLockNotFound { .. }
         )
     )
 }
@@ -521,9 +761,17 @@ fn already_committed(props: &TransactionProperties, commit_ts: TimeStamp) -> Pre
     result
 }
 
-/// Turns the would-be locks of a 1PC transaction into commit records.
-fn commit_one_pc(txn: &mut MvccTxn, locks: Vec<(Key, Lock)>, commit_ts: TimeStamp) -> Result<()> {
-    for (key, lock) in locks {
+/// Turns the would-be locks of a 1PC transaction into commit records,
+/// removing the pessimistic locks they replace.
+fn commit_one_pc(
+    txn: &mut MvccTxn,
+    locks: Vec<(Key, Lock, bool)>,
+    commit_ts: TimeStamp,
+) -> Result<()> {
+    for (key, lock, remove_pessimistic_lock) in locks {
+        if remove_pessimistic_lock {
+            txn.unlock_key(key.clone());
+        }
         let Some(write_type) = WriteType::from_lock_type(lock.lock_type) else {
             return Err(Error::InvalidRequest {
                 reason: "a 1PC lock must be committable",

@@ -12,6 +12,7 @@
 //! async-commit or 1PC transaction computing its commit_ts later cannot
 //! commit below it.
 
+mod pessimistic;
 mod prewrite;
 mod raw;
 mod read;
@@ -21,13 +22,15 @@ mod write;
 use percolate_engine::{Engine, Snapshot, WriteBatch};
 use percolate_mvcc::{Key, MvccReader, MvccTxn, TimeStamp};
 
+pub use self::pessimistic::{AcquirePessimisticLock, PessimisticRollback};
 pub use self::prewrite::Prewrite;
 pub use self::raw::{
     RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan,
 };
 pub use self::read::{BatchGet, Get, MvccByKey, Scan, ScanLock};
 pub use self::resolve::{
-    CheckSecondaryLocks, CheckTxnStatus, Cleanup, ResolveLockLite, SecondaryLocksStatus,
+    CheckSecondaryLocks, CheckTxnStatus, Cleanup, ResolveLock, ResolveLockLite,
+    SecondaryLocksStatus,
 };
 pub use self::write::{BatchRollback, Commit, Gc, TxnHeartBeat, Unlock};
 use crate::Result;

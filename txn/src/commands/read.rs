@@ -106,8 +106,20 @@ impl ReadCommand for ScanLock {
     /// The locks, in key order.
     type Output = Vec<LockInfo>;
 
+    /// A memory lock (an async-commit or 1PC prewrite in flight) at or below
+    /// `max_ts` fails the whole scan with its `KeyIsLocked`: it is not in the
+    /// lock CF yet, so the scan could not list it, and a caller such as GC
+    /// must not go on as if it were not there (TiKV issue 9526). Raising
+    /// `max_ts` first makes any later such prewrite commit above it.
     fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
         cm.update_max_ts(self.max_ts)?;
+        cm.read_range_check(self.start.as_ref(), self.end.as_ref(), |lock, key| {
+            if lock.ts <= self.max_ts {
+                Err(crate::actions::key_is_locked(key, lock.clone()))
+            } else {
+                Ok(())
+            }
+        })?;
         let mut reader = MvccReader::new(engine.snapshot());
         scan_lock(
             &mut reader,

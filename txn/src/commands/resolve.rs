@@ -2,7 +2,7 @@
 //! CheckSecondaryLocks and ResolveLockLite.
 
 use percolate_engine::Snapshot;
-use percolate_mvcc::{Key, LockInfo, TimeStamp};
+use percolate_mvcc::{Key, Lock, LockInfo, TimeStamp};
 
 use super::{WriteCommand, WriteContext, WriteResult, for_each_key, require_keys};
 use crate::actions::check_secondary_locks::{SecondaryLockStatus, check_secondary_lock};
@@ -197,6 +197,60 @@ impl WriteCommand for ResolveLockLite {
             self.keys,
             |txn, reader, key| resolve_lock_key(txn, reader, key, commit_ts),
         )?;
+        Ok(WriteResult::new(
+            txn,
+            released.into_iter().flatten().collect(),
+        ))
+    }
+}
+
+/// Resolves locks of the transaction `start_ts` found by a read without
+/// latches (the read phase of
+/// [`Storage::resolve_lock`](crate::storage::Storage::resolve_lock)): as
+/// [`ResolveLockLite`], except that a pessimistic lock that disappeared
+/// since it was read (its transaction rolled it back, or committed without
+/// it) is skipped instead of failing the commit with `TxnLockNotFound`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolveLock {
+    /// The keys and the locks the read found on them.
+    pub key_locks: Vec<(Key, Lock)>,
+    /// The transaction.
+    pub start_ts: TimeStamp,
+    /// Its commit_ts, or zero to roll back.
+    pub commit_ts: TimeStamp,
+}
+
+impl WriteCommand for ResolveLock {
+    /// The locks removed.
+    type Output = Vec<ReleasedLock>;
+
+    fn latch_keys(&self) -> Vec<Key> {
+        self.key_locks.iter().map(|(key, _)| key.clone()).collect()
+    }
+
+    fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
+        if !self.commit_ts.is_zero() && self.commit_ts <= self.start_ts {
+            return Err(Error::InvalidTxnTso {
+                start_ts: self.start_ts,
+                commit_ts: self.commit_ts,
+            });
+        }
+        let commit_ts = self.commit_ts;
+        let (keys, locks): (Vec<Key>, Vec<Lock>) = self.key_locks.into_iter().unzip();
+        // `for_each_key` visits the keys in order.
+        let mut locks = locks.into_iter();
+        let (txn, released) =
+            for_each_key(ctx.snapshot, self.start_ts, keys, |txn, reader, key| {
+                let was_pessimistic = locks.next().is_some_and(|lock| lock.is_pessimistic_lock());
+                match resolve_lock_key(txn, reader, key, commit_ts) {
+                    Err(Error::Mvcc(percolate_mvcc::Error::TxnLockNotFound { .. }))
+                        if was_pessimistic =>
+                    {
+                        Ok(None)
+                    }
+                    other => other,
+                }
+            })?;
         Ok(WriteResult::new(
             txn,
             released.into_iter().flatten().collect(),

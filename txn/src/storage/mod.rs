@@ -32,18 +32,21 @@ use std::time::{Duration, Instant};
 use percolate_engine::{Cf, Engine, EngineIterator, IterOptions, RocksEngine, Snapshot};
 use percolate_mvcc::{Key, KvPair, LockInfo, MvccReader, TimeStamp};
 
+use crate::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
 use crate::actions::check_txn_status::CheckTxnStatusOptions;
 use crate::actions::gc::GcInfo;
 use crate::actions::mvcc_by_key::MvccInfo;
 use crate::actions::prewrite::PrewriteResult;
 use crate::actions::{ReleasedLock, TxnStatus};
 use crate::commands::{
-    BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup, Commit, Footprint, Gc,
-    Get, MvccByKey, Prewrite, RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet,
-    RawPut, RawScan, ReadCommand, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus,
-    TxnHeartBeat, WriteCommand, WriteContext,
+    AcquirePessimisticLock, BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup,
+    Commit, Footprint, Gc, Get, MvccByKey, PessimisticRollback, Prewrite, RawBatchGet,
+    RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan, ReadCommand,
+    ResolveLock, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus, TxnHeartBeat, WriteCommand,
+    WriteContext,
 };
 use crate::concurrency_manager::{ConcurrencyManager, MaxTsLimit};
+use crate::lock_wait::{LockWaits, WaitOutcome, deleted_lock_hashes};
 use crate::read::{ReadOptions, ScanRequest};
 use crate::scheduler::{JobInput, Pending, Scheduler, SchedulerConfig, pending};
 use crate::{Error, Result};
@@ -72,6 +75,11 @@ pub struct StorageConfig {
     /// range reaching) outside it fails with [`Error::KeyNotInRegion`] and
     /// does nothing. Defaults to `None`: the whole key space, no check.
     pub key_range: Option<KeyRange>,
+    /// The table pessimistic lock requests wait in. Storages given clones
+    /// of one table (a [`Cluster`](crate::cluster::Cluster)'s regions) see
+    /// each other's waits, so deadlocks across them are found. Defaults to
+    /// a new table.
+    pub lock_waits: LockWaits,
 }
 
 /// Per-command options.
@@ -124,7 +132,11 @@ impl Storage<RocksEngine> {
 impl<E: Engine> Storage<E> {
     /// A storage over `engine`.
     pub fn new(engine: E, config: StorageConfig) -> Self {
-        let cm = ConcurrencyManager::with_limit(config.initial_max_ts, config.max_ts_limit.clone());
+        let cm = ConcurrencyManager::with_lock_waits(
+            config.initial_max_ts,
+            config.max_ts_limit.clone(),
+            config.lock_waits.clone(),
+        );
         Storage {
             scheduler: Scheduler::new(engine, cm, &config.scheduler),
             bounds: config.key_range.map(Bounds::new),
@@ -194,16 +206,22 @@ impl<E: Engine> Storage<E> {
                 JobInput::Abort(e) => (Err(e), None),
             };
             match outcome {
-                Ok(result) => crate::scheduler::Finish {
-                    batch: result.batch,
-                    guards: result.guards,
-                    reply: Box::new(move |written: Result<()>| {
-                        if let (Ok(()), Some((engine, cm))) = (&written, &region) {
-                            cm.confirm_committed(engine, &result.committed);
-                        }
-                        completer.complete(written.map(|()| result.output));
-                    }),
-                },
+                Ok(result) => {
+                    // Locks the batch deletes wake their waiters once it is
+                    // written (see `LockWaits`).
+                    let released = deleted_lock_hashes(&result.batch);
+                    crate::scheduler::Finish {
+                        batch: result.batch,
+                        guards: result.guards,
+                        reply: Box::new(move |written: Result<()>| {
+                            if let (Ok(()), Some((engine, cm))) = (&written, &region) {
+                                cm.confirm_committed(engine, &result.committed);
+                                cm.lock_waits().release_deleted_locks(&released);
+                            }
+                            completer.complete(written.map(|()| result.output));
+                        }),
+                    }
+                }
                 Err(e) => crate::scheduler::Finish {
                     batch: Default::default(),
                     guards: Vec::new(),
@@ -304,6 +322,56 @@ impl<E: Engine> Storage<E> {
     /// Prewrites: see [`Prewrite`].
     pub fn prewrite(&self, cmd: Prewrite) -> Result<PrewriteResult> {
         self.write(cmd)
+    }
+
+    /// Locks keys of a pessimistic transaction: see
+    /// [`AcquirePessimisticLock`]. With a `wait_timeout`, a request that
+    /// meets another transaction's lock waits for it to be released (see
+    /// [`lock_wait`](crate::lock_wait)) and runs again, until the timeout
+    /// passes (then it fails with that lock's `KeyIsLocked`) or waiting would
+    /// close a cycle (`Deadlock`, at once). Without one it runs once.
+    pub fn acquire_pessimistic_lock(
+        &self,
+        cmd: AcquirePessimisticLock,
+    ) -> Result<Vec<PessimisticLockKeyResult>> {
+        let Some(timeout) = cmd.wait_timeout else {
+            return self.write(cmd);
+        };
+        let deadline = Instant::now() + timeout;
+        let waits = self.concurrency_manager().lock_waits();
+        let keys = cmd.latch_keys();
+        loop {
+            // Watched before the command reads the keys: a release after
+            // the read ends the wait at once.
+            let ticket = waits.watch(&keys);
+            let info = match self.write(cmd.clone()) {
+                Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) => info,
+                other => return other,
+            };
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let locked = Key::from_raw(&info.key);
+            match waits.wait(&ticket, cmd.start_ts, &locked, info.lock_version, remaining)? {
+                WaitOutcome::Released => continue,
+                WaitOutcome::TimedOut => {
+                    return Err(percolate_mvcc::Error::KeyIsLocked(info).into());
+                }
+            }
+        }
+    }
+
+    /// Removes the pessimistic locks of the transaction `start_ts` on `keys`
+    /// taken at or below `for_update_ts`: see [`PessimisticRollback`].
+    pub fn pessimistic_rollback(
+        &self,
+        keys: Vec<Key>,
+        start_ts: TimeStamp,
+        for_update_ts: TimeStamp,
+    ) -> Result<Vec<ReleasedLock>> {
+        self.write(PessimisticRollback {
+            keys,
+            start_ts,
+            for_update_ts,
+        })
     }
 
     /// Commits `keys` of the transaction `start_ts` at `commit_ts`.
@@ -432,8 +500,13 @@ impl<E: Engine> Storage<E> {
             let Some(next) = locks.last().map(|(key, _)| next_key(key)) else {
                 return Ok(resolved);
             };
-            let keys: Vec<Key> = locks.into_iter().map(|(key, _)| key).collect();
-            resolved += self.resolve_lock_lite(keys, start_ts, commit_ts)?.len();
+            resolved += self
+                .write(ResolveLock {
+                    key_locks: locks,
+                    start_ts,
+                    commit_ts,
+                })?
+                .len();
             if !has_more {
                 return Ok(resolved);
             }

@@ -71,7 +71,7 @@ impl<S: Snapshot> ScannerCore<S> {
                 break;
             };
             if commit_ts > ts {
-                if let Err(e) = self.rc_check_ts_conflict(key, commit_ts, &write) {
+                if let Err(e) = self.rc_check_ts_conflict(key, commit_ts) {
                     self.skip_rest_of(key)?;
                     return Err(e);
                 }

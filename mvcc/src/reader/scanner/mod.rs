@@ -20,7 +20,7 @@ use super::{
     IsolationLevel, LockDecision, LockPolicy, MvccReader, Statistics, TsSet, check_lock_conflict,
     check_rc_newer_write, rc_check_ts_conflict,
 };
-use crate::{Error, Key, Lock, LockType, Result, TimeStamp, WriteRef, WriteType};
+use crate::{Error, Key, Lock, LockType, Result, TimeStamp};
 
 use backward::BackwardScanner;
 use forward::ForwardScanner;
@@ -686,24 +686,10 @@ impl<S: Snapshot> ScannerCore<S> {
         self.config.policy.isolation_level == IsolationLevel::RcCheckTs
     }
 
-    /// At RcCheckTs, a Put or Delete committed above the read ts fails the
-    /// read.
-    fn rc_check_ts_conflict(
-        &self,
-        key: &Key,
-        commit_ts: TimeStamp,
-        write: &WriteRef<'_>,
-    ) -> Result<()> {
-        if self.checks_newer_writes()
-            && commit_ts > self.config.ts
-            && matches!(write.write_type, WriteType::Put | WriteType::Delete)
-        {
-            return Err(rc_check_ts_conflict(
-                key,
-                self.config.ts,
-                write.start_ts,
-                commit_ts,
-            ));
+    /// At RcCheckTs, any record committed above the read ts fails the read.
+    fn rc_check_ts_conflict(&self, key: &Key, commit_ts: TimeStamp) -> Result<()> {
+        if self.checks_newer_writes() && commit_ts > self.config.ts {
+            return Err(rc_check_ts_conflict(key, self.config.ts, commit_ts));
         }
         Ok(())
     }

@@ -1,0 +1,244 @@
+//! AcquirePessimisticLock: a pessimistic transaction locks a key before it
+//! writes it.
+//!
+//! A pessimistic lock (lock type `S`) reserves the key for the
+//! transaction: no other transaction can prewrite or lock it until it is
+//! prewritten and committed, rolled back, or resolved. It does not block
+//! readers, and it carries no value: the value comes with the pessimistic
+//! prewrite that turns it into an ordinary lock.
+//!
+//! The transaction reads at its `for_update_ts` rather than its start_ts
+//! (read committed for its locked keys): the lock is refused with a
+//! `PessimisticRetry` write conflict when a commit newer than
+//! `for_update_ts` exists, and the client retries the statement with a new
+//! `for_update_ts` instead of the whole transaction.
+
+use percolate_engine::Snapshot;
+use percolate_mvcc::{
+    Key, Lock, LockType, MvccReader, MvccTxn, TimeStamp, Write, WriteConflictReason, WriteType,
+};
+
+use super::key_is_locked;
+use crate::Result;
+
+/// What a pessimistic lock request asks for, besides its key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PessimisticLockOptions {
+    /// The transaction's primary key, raw.
+    pub primary: Vec<u8>,
+    /// The ts the transaction reads its locked keys at; at or above its
+    /// start_ts. A commit of the key newer than this is a conflict.
+    pub for_update_ts: TimeStamp,
+    /// Lock TTL in milliseconds.
+    pub lock_ttl: u64,
+    /// The smallest commit_ts the transaction will use (async commit).
+    /// Zero when unset.
+    pub min_commit_ts: TimeStamp,
+    /// Return the key's value at `for_update_ts`.
+    pub return_value: bool,
+    /// Return whether the key has a value at `for_update_ts`.
+    pub check_existence: bool,
+    /// Lock the key only if it has a value; needs `return_value`.
+    pub lock_only_if_exists: bool,
+}
+
+/// What a pessimistic lock request answers for one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PessimisticLockKeyResult {
+    /// Locked; neither the value nor its existence was asked for.
+    Empty,
+    /// Locked (or, with `lock_only_if_exists` and no value, left alone):
+    /// the value at `for_update_ts`, `None` when the key has none.
+    Value(Option<Vec<u8>>),
+    /// Locked: whether the key has a value at `for_update_ts`.
+    Existence(bool),
+}
+
+impl PessimisticLockKeyResult {
+    fn new(options: &PessimisticLockOptions, value: Option<Vec<u8>>) -> Self {
+        if options.return_value {
+            PessimisticLockKeyResult::Value(value)
+        } else if options.check_existence {
+            PessimisticLockKeyResult::Existence(value.is_some())
+        } else {
+            PessimisticLockKeyResult::Empty
+        }
+    }
+}
+
+/// Locks `key` pessimistically for the transaction `txn.start_ts()`.
+///
+/// In order:
+/// * `lock_only_if_exists` without `return_value` is refused
+///   (`LockIfExistsFailed`);
+/// * another transaction's lock: `KeyIsLocked` (the caller may wait for
+///   it); this transaction's prewrite lock: `LockTypeNotMatch`; its own
+///   pessimistic lock: a repeated request, whose `for_update_ts` raises the
+///   lock's if larger;
+/// * a commit newer than `for_update_ts`: `WriteConflict` with reason
+///   `PessimisticRetry`, naming the newest record;
+/// * the transaction's own rollback at its start_ts (a Rollback record or
+///   a commit record marked overlapped): `PessimisticLockRolledBack`;
+/// * `should_not_exist` (an insert) and a visible value: `AlreadyExist`.
+pub fn acquire_pessimistic_lock<S: Snapshot>(
+    txn: &mut MvccTxn,
+    reader: &mut MvccReader<S>,
+    key: Key,
+    should_not_exist: bool,
+    options: &PessimisticLockOptions,
+) -> Result<PessimisticLockKeyResult> {
+    let start_ts = txn.start_ts();
+    let for_update_ts = options.for_update_ts;
+    if options.lock_only_if_exists && !options.return_value {
+        return Err(percolate_mvcc::Error::LockIfExistsFailed { start_ts, key }.into());
+    }
+    let wants_value = options.return_value || options.check_existence;
+    if let Some(lock) = reader.load_lock(&key)? {
+        if lock.ts != start_ts {
+            return Err(key_is_locked(&key, lock));
+        }
+        if !lock.is_pessimistic_lock() {
+            return Err(percolate_mvcc::Error::LockTypeNotMatch {
+                start_ts,
+                key,
+                pessimistic: false,
+            }
+            .into());
+        }
+        // A repeated request: the key is already ours.
+        let value = if wants_value {
+            value_at(reader, &key, for_update_ts, options.return_value)?
+        } else {
+            None
+        };
+        if for_update_ts > lock.for_update_ts {
+            let raised = Lock {
+                for_update_ts,
+                ttl: options.lock_ttl,
+                min_commit_ts: options.min_commit_ts,
+                ..lock
+            };
+            txn.put_lock(key, &raised);
+        }
+        return Ok(PessimisticLockKeyResult::new(options, value));
+    }
+
+    let mut value = None;
+    if let Some((commit_ts, write)) = reader.seek_write(&key, TimeStamp::max())? {
+        if commit_ts > for_update_ts {
+            return Err(percolate_mvcc::Error::WriteConflict {
+                start_ts,
+                conflict_start_ts: write.start_ts,
+                conflict_commit_ts: commit_ts,
+                key,
+                primary: options.primary.clone(),
+                reason: WriteConflictReason::PessimisticRetry,
+            }
+            .into());
+        }
+        if is_own_rollback(start_ts, commit_ts, &write) {
+            return Err(rolled_back(start_ts, key));
+        }
+        // Records newer than the start_ts may hide the rollback below them.
+        if commit_ts > start_ts {
+            if let Some((older_ts, older)) = reader.seek_write(&key, start_ts)? {
+                if is_own_rollback(start_ts, older_ts, &older) {
+                    return Err(rolled_back(start_ts, key));
+                }
+            }
+        }
+        if should_not_exist {
+            if let Some(existing_start_ts) = existing_start_ts(reader, &key, commit_ts)? {
+                return Err(percolate_mvcc::Error::AlreadyExist {
+                    key,
+                    existing_start_ts,
+                }
+                .into());
+            }
+        }
+        if wants_value {
+            value = visible_value(
+                reader,
+                &key,
+                start_ts,
+                commit_ts,
+                write,
+                options.return_value,
+            )?;
+        }
+    }
+    if options.lock_only_if_exists && value.is_none() {
+        return Ok(PessimisticLockKeyResult::new(options, None));
+    }
+    let mut lock = Lock::new(
+        LockType::Pessimistic,
+        options.primary.clone(),
+        start_ts,
+        options.lock_ttl,
+    );
+    lock.for_update_ts = for_update_ts;
+    lock.min_commit_ts = options.min_commit_ts;
+    txn.put_lock(key, &lock);
+    Ok(PessimisticLockKeyResult::new(options, value))
+}
+
+/// Whether the record at `commit_ts` says the transaction `start_ts` was
+/// rolled back on its key.
+fn is_own_rollback(start_ts: TimeStamp, commit_ts: TimeStamp, write: &Write) -> bool {
+    commit_ts == start_ts
+        && (write.write_type == WriteType::Rollback || write.has_overlapped_rollback)
+}
+
+fn rolled_back(start_ts: TimeStamp, key: Key) -> crate::Error {
+    percolate_mvcc::Error::PessimisticLockRolledBack { start_ts, key }.into()
+}
+
+/// The value (or, without `load`, an empty marker) visible at `commit_ts`
+/// given the newest record `write` there, for the transaction `start_ts`: a Put answers itself, a Delete
+/// says none, a Lock or Rollback sends the read further down.
+fn visible_value<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    key: &Key,
+    start_ts: TimeStamp,
+    commit_ts: TimeStamp,
+    write: Write,
+    load: bool,
+) -> Result<Option<Vec<u8>>> {
+    match write.write_type {
+        WriteType::Put if write.as_ref().check_gc_fence_as_latest_version(start_ts) => {
+            if load {
+                Ok(Some(reader.load_data(key, write)?))
+            } else {
+                Ok(Some(Vec::new()))
+            }
+        }
+        WriteType::Put | WriteType::Delete => Ok(None),
+        // A Lock or a Rollback: the value is below it.
+        _ if commit_ts.is_zero() => Ok(None),
+        _ => value_at(reader, key, commit_ts.prev(), load),
+    }
+}
+
+/// The value of `key` visible at `ts` (an empty marker without `load`).
+fn value_at<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    key: &Key,
+    ts: TimeStamp,
+    load: bool,
+) -> Result<Option<Vec<u8>>> {
+    match reader.get_write(key, ts, Some(ts))? {
+        Some(write) if load => Ok(Some(reader.load_data(key, write)?)),
+        Some(_) => Ok(Some(Vec::new())),
+        None => Ok(None),
+    }
+}
+
+/// The start_ts of the Put visible at `ts`, if the key has a value there.
+fn existing_start_ts<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    key: &Key,
+    ts: TimeStamp,
+) -> Result<Option<TimeStamp>> {
+    Ok(reader.get_write(key, ts, Some(ts))?.map(|put| put.start_ts))
+}

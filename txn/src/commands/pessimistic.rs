@@ -1,0 +1,182 @@
+//! AcquirePessimisticLock and PessimisticRollback: the commands of a
+//! pessimistic transaction before its prewrite.
+
+use std::time::Duration;
+
+use percolate_engine::Snapshot;
+use percolate_mvcc::{Key, TimeStamp};
+
+use super::{WriteCommand, WriteContext, WriteResult, for_each_key, require_keys};
+use crate::actions::ReleasedLock;
+use crate::actions::acquire_pessimistic_lock::{
+    PessimisticLockKeyResult, PessimisticLockOptions, acquire_pessimistic_lock,
+};
+use crate::actions::pessimistic_rollback::pessimistic_rollback;
+use crate::{Error, Result};
+
+/// Locks keys of a pessimistic transaction: all of them, or none.
+///
+/// Sent through [`Storage::write`](crate::storage::Storage::write) it runs
+/// once and fails with `KeyIsLocked` on another transaction's lock;
+/// through [`Storage::acquire_pessimistic_lock`](crate::storage::Storage::acquire_pessimistic_lock)
+/// it waits for that lock up to `wait_timeout` first (see
+/// [`lock_wait`](crate::lock_wait)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquirePessimisticLock {
+    /// The keys, each with whether it must not exist (an insert).
+    pub keys: Vec<(Key, bool)>,
+    /// The transaction.
+    pub start_ts: TimeStamp,
+    /// The request's for_update_ts, primary, TTL and what to return.
+    pub options: PessimisticLockOptions,
+    /// How long to wait for another transaction's lock. `None`: do not
+    /// wait.
+    pub wait_timeout: Option<Duration>,
+}
+
+impl AcquirePessimisticLock {
+    /// Locks `keys` for the transaction `start_ts` with the raw primary key
+    /// `primary` at `for_update_ts`; lock TTL 3 s, nothing returned, no
+    /// waiting.
+    pub fn new(
+        keys: Vec<Key>,
+        primary: impl Into<Vec<u8>>,
+        start_ts: TimeStamp,
+        for_update_ts: TimeStamp,
+    ) -> Self {
+        AcquirePessimisticLock {
+            keys: keys.into_iter().map(|key| (key, false)).collect(),
+            start_ts,
+            options: PessimisticLockOptions {
+                primary: primary.into(),
+                for_update_ts,
+                lock_ttl: 3000,
+                ..Default::default()
+            },
+            wait_timeout: None,
+        }
+    }
+
+    /// Sets the lock TTL in milliseconds.
+    #[must_use]
+    pub fn lock_ttl(mut self, ttl_ms: u64) -> Self {
+        self.options.lock_ttl = ttl_ms;
+        self
+    }
+
+    /// Returns each key's value at for_update_ts.
+    #[must_use]
+    pub fn return_values(mut self) -> Self {
+        self.options.return_value = true;
+        self
+    }
+
+    /// Returns whether each key has a value at for_update_ts.
+    #[must_use]
+    pub fn check_existence(mut self) -> Self {
+        self.options.check_existence = true;
+        self
+    }
+
+    /// Waits up to `timeout` for another transaction's lock.
+    #[must_use]
+    pub fn wait_timeout(mut self, timeout: Duration) -> Self {
+        self.wait_timeout = Some(timeout);
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        let keys: Vec<Key> = self.keys.iter().map(|(k, _)| k.clone()).collect();
+        require_keys(&keys, "a pessimistic lock request needs at least one key")?;
+        if self.options.primary.is_empty() {
+            return Err(Error::InvalidRequest {
+                reason: "a pessimistic lock request needs a primary key",
+                key: None,
+            });
+        }
+        if self.options.for_update_ts < self.start_ts {
+            return Err(Error::InvalidRequest {
+                reason: "for_update_ts is below the start_ts",
+                key: None,
+            });
+        }
+        if self.start_ts.is_max() || self.options.for_update_ts.is_max() {
+            return Err(Error::InvalidRequest {
+                reason: "TimeStamp::max() is not a start_ts or for_update_ts",
+                key: None,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl WriteCommand for AcquirePessimisticLock {
+    /// One answer per key, in the order asked.
+    type Output = Vec<PessimisticLockKeyResult>;
+
+    fn latch_keys(&self) -> Vec<Key> {
+        self.keys.iter().map(|(key, _)| key.clone()).collect()
+    }
+
+    fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
+        self.check()?;
+        // A value read or an existence decided at for_update_ts is a read
+        // there: an async-commit or 1PC transaction must commit above it.
+        let reads = self.options.return_value
+            || self.options.check_existence
+            || self
+                .keys
+                .iter()
+                .any(|(_, should_not_exist)| *should_not_exist);
+        if reads {
+            ctx.cm.update_max_ts(self.options.for_update_ts)?;
+        }
+        let options = self.options;
+        let (keys, inserts): (Vec<Key>, Vec<bool>) = self.keys.into_iter().unzip();
+        // `for_each_key` visits the keys in order.
+        let mut inserts = inserts.into_iter();
+        let (txn, results) =
+            for_each_key(ctx.snapshot, self.start_ts, keys, |txn, reader, key| {
+                let insert = inserts.next().unwrap_or(false);
+                acquire_pessimistic_lock(txn, reader, key, insert, &options)
+            })?;
+        Ok(WriteResult::new(txn, results))
+    }
+}
+
+/// Removes the pessimistic locks of the transaction `start_ts` on `keys`
+/// taken at or below `for_update_ts` (see
+/// [`pessimistic_rollback`](crate::actions::pessimistic_rollback)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PessimisticRollback {
+    /// The keys.
+    pub keys: Vec<Key>,
+    /// The transaction.
+    pub start_ts: TimeStamp,
+    /// Locks taken above it stay.
+    pub for_update_ts: TimeStamp,
+}
+
+impl WriteCommand for PessimisticRollback {
+    /// The locks removed.
+    type Output = Vec<ReleasedLock>;
+
+    fn latch_keys(&self) -> Vec<Key> {
+        self.keys.clone()
+    }
+
+    fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
+        require_keys(&self.keys, "a pessimistic rollback needs at least one key")?;
+        let for_update_ts = self.for_update_ts;
+        let (txn, released) = for_each_key(
+            ctx.snapshot,
+            self.start_ts,
+            self.keys,
+            |txn, reader, key| pessimistic_rollback(txn, reader, key, for_update_ts),
+        )?;
+        Ok(WriteResult::new(
+            txn,
+            released.into_iter().flatten().collect(),
+        ))
+    }
+}

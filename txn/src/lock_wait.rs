@@ -1,0 +1,538 @@
+//! Waiting for pessimistic locks, and deadlock detection.
+//!
+//! A pessimistic lock request that meets another transaction's lock does
+//! not fail at once: it waits until that lock is released (committed,
+//! rolled back, resolved) or its wait timeout passes, and then runs again.
+//! [`LockWaits`] is the table it waits in, shared by every region of a
+//! cluster so that waits across regions meet in one wait-for graph.
+//!
+//! **Waking.** Every write command that deletes locks reports their keys
+//! here once its write is in the engine (only while someone waits: one
+//! atomic load otherwise). A request registers its keys *before* it reads
+//! them ([`LockWaits::watch`]), so a lock released between its read and
+//! its wait still wakes it: the key's release count has moved on and the
+//! wait returns at once. Keys are known by a 64-bit hash; two keys with the
+//! same hash only cost a spurious retry.
+//!
+//! **Order.** When a key's lock is released, its oldest waiter (smallest
+//! start_ts) is woken at once; the others are woken after
+//! [`LockWaits::wake_up_delay`] (if no release woke them sooner), by when
+//! the oldest has normally taken the lock, and they go back to waiting on
+//! it. A waiter that is not the oldest does not starve: if the oldest gave
+//! up or did not take the lock, the delay bounds how long the others sleep.
+//!
+//! **Deadlocks.** Each waiting transaction is an edge of the wait-for graph
+//! (`start_ts` waits for `lock_ts`, on a key). A request whose edge would
+//! close a cycle fails at once with [`Error::Deadlock`], naming the cycle;
+//! no transaction of a deadlock waits out its timeout. Edges exist only
+//! while their transaction waits.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use percolate_engine::{Cf, Modify, WriteBatch};
+use percolate_mvcc::{Key, TimeStamp};
+
+use crate::{Error, Result};
+
+/// The hash lock waits know a key by: FNV-1a over its encoded bytes.
+pub fn key_hash(key: &Key) -> u64 {
+    encoded_hash(key.as_encoded())
+}
+
+fn encoded_hash(encoded: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in encoded {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// One edge of the wait-for graph: `txn` waits for `wait_for_txn`'s lock
+/// on `key`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitForEntry {
+    /// The waiting transaction.
+    pub txn: TimeStamp,
+    /// The transaction holding the lock.
+    pub wait_for_txn: TimeStamp,
+    /// [`key_hash`] of the key.
+    pub key_hash: u64,
+    /// The key, raw.
+    pub key: Vec<u8>,
+}
+
+/// How a wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// The lock was released (or may have been): run the request again.
+    Released,
+    /// The timeout passed first.
+    TimedOut,
+}
+
+/// The wait table of pessimistic lock requests: see the module docs.
+///
+/// A handle: clones share one table. Two handles are equal when they
+/// share it.
+#[derive(Clone)]
+pub struct LockWaits {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Live [`WatchTicket`]s: writers report released keys only while
+    /// there are some.
+    watchers: AtomicUsize,
+    state: Mutex<State>,
+    woken: Condvar,
+    wake_up_delay: Duration,
+}
+
+#[derive(Default)]
+struct State {
+    /// Watched keys by hash.
+    keys: HashMap<u64, Watched>,
+    /// The wait-for graph: the edges of each waiting transaction.
+    edges: HashMap<TimeStamp, Vec<WaitForEntry>>,
+    next_waiter: u64,
+}
+
+#[derive(Default)]
+struct Watched {
+    /// Releases of the key seen since it was first watched.
+    releases: u64,
+    /// Tickets watching it; the entry goes when the last one does.
+    tickets: usize,
+    waiters: Vec<Waiter>,
+}
+
+struct Waiter {
+    id: u64,
+    start_ts: TimeStamp,
+    /// Set by a release: when the waiter may run again.
+    wake_at: Option<Instant>,
+}
+
+impl Default for LockWaits {
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_WAKE_UP_DELAY)
+    }
+}
+
+impl PartialEq for LockWaits {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Eq for LockWaits {}
+
+impl std::fmt::Debug for LockWaits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.inner.state.lock();
+        f.debug_struct("LockWaits")
+            .field("watched_keys", &state.keys.len())
+            .field("waiting_txns", &state.edges.len())
+            .field("wake_up_delay", &self.inner.wake_up_delay)
+            .finish()
+    }
+}
+
+/// Keys a request watches from before it reads them until its wait ends:
+/// see [`LockWaits::watch`].
+#[must_use = "a ticket watches its keys only while it lives"]
+pub struct WatchTicket {
+    waits: LockWaits,
+    /// Each watched key's hash and its release count when watched.
+    seen: Vec<(u64, u64)>,
+}
+
+impl std::fmt::Debug for WatchTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchTicket")
+            .field("keys", &self.seen.len())
+            .finish()
+    }
+}
+
+impl LockWaits {
+    /// How long waiters other than the oldest sleep after a release
+    /// before they run again: 20 ms, TiKV's default.
+    pub const DEFAULT_WAKE_UP_DELAY: Duration = Duration::from_millis(20);
+
+    /// An empty table whose non-oldest waiters wake `wake_up_delay` after a
+    /// release.
+    pub fn new(wake_up_delay: Duration) -> Self {
+        LockWaits {
+            inner: Arc::new(Inner {
+                watchers: AtomicUsize::new(0),
+                state: Mutex::new(State::default()),
+                woken: Condvar::new(),
+                wake_up_delay,
+            }),
+        }
+    }
+
+    /// How long waiters other than the oldest sleep after a release.
+    pub fn wake_up_delay(&self) -> Duration {
+        self.inner.wake_up_delay
+    }
+
+    /// Starts watching `keys` for releases. Call it before the request
+    /// reads them, and keep the ticket until its wait ends: a release
+    /// after this call makes [`wait`](Self::wait) return at once.
+    pub fn watch(&self, keys: &[Key]) -> WatchTicket {
+        // Counted before the keys are read: a writer that deletes a lock
+        // after that read checks this count after its write and reports.
+        self.inner.watchers.fetch_add(1, Ordering::SeqCst);
+        let mut state = self.inner.state.lock();
+        let seen = keys
+            .iter()
+            .map(|key| {
+                let hash = key_hash(key);
+                let watched = state.keys.entry(hash).or_default();
+                watched.tickets += 1;
+                (hash, watched.releases)
+            })
+            .collect();
+        WatchTicket {
+            waits: self.clone(),
+            seen,
+        }
+    }
+
+    /// Whether anyone watches keys now.
+    pub(crate) fn has_watchers(&self) -> bool {
+        self.inner.watchers.load(Ordering::SeqCst) > 0
+    }
+
+    /// Reports that the locks of `hashes`' keys were released: wakes their
+    /// oldest waiters now and the others after the wake-up delay.
+    pub(crate) fn release(&self, hashes: &[u64]) {
+        let now = Instant::now();
+        let later = now + self.inner.wake_up_delay;
+        let mut state = self.inner.state.lock();
+        let mut woke = false;
+        for hash in hashes {
+            let Some(watched) = state.keys.get_mut(hash) else {
+                continue;
+            };
+            watched.releases += 1;
+            let oldest = watched.waiters.iter().map(|w| w.start_ts).min();
+            for waiter in &mut watched.waiters {
+                let at = if Some(waiter.start_ts) == oldest {
+                    now
+                } else {
+                    later
+                };
+                waiter.wake_at = Some(waiter.wake_at.map_or(at, |before| before.min(at)));
+                woke = true;
+            }
+        }
+        drop(state);
+        if woke {
+            self.inner.woken.notify_all();
+        }
+    }
+
+    /// Reports the locks a written batch deleted, if anyone watches.
+    pub(crate) fn release_deleted_locks(&self, hashes: &[u64]) {
+        if !hashes.is_empty() && self.has_watchers() {
+            self.release(hashes);
+        }
+    }
+
+    /// Waits, as the transaction `start_ts`, for the lock of `lock_ts` on
+    /// `key` (one of the ticket's keys) to be released, at most `timeout`.
+    ///
+    /// Returns [`WaitOutcome::Released`] at once if the key was released
+    /// since the ticket was taken. Fails with [`Error::Deadlock`], without
+    /// waiting, if `lock_ts` waits (directly or through others) for
+    /// `start_ts`.
+    pub fn wait(
+        &self,
+        ticket: &WatchTicket,
+        start_ts: TimeStamp,
+        key: &Key,
+        lock_ts: TimeStamp,
+        timeout: Duration,
+    ) -> Result<WaitOutcome> {
+        let hash = key_hash(key);
+        let Some(&(_, seen)) = ticket.seen.iter().find(|(h, _)| *h == hash) else {
+            return Ok(WaitOutcome::Released);
+        };
+        let deadline = Instant::now() + timeout;
+        let raw = key.to_raw().unwrap_or_else(|_| key.as_encoded().clone());
+        let mut state = self.inner.state.lock();
+        if state.keys.get(&hash).map_or(seen, |w| w.releases) != seen {
+            return Ok(WaitOutcome::Released);
+        }
+        let edge = WaitForEntry {
+            txn: start_ts,
+            wait_for_txn: lock_ts,
+            key_hash: hash,
+            key: raw.clone(),
+        };
+        if let Some(chain) = state.cycle_through(&edge) {
+            let deadlock_key_hash = chain.last().map_or(hash, |e| e.key_hash);
+            return Err(Error::Deadlock {
+                start_ts,
+                lock_ts,
+                lock_key: raw,
+                deadlock_key_hash,
+                wait_chain: chain,
+            });
+        }
+        let id = state.next_waiter;
+        state.next_waiter += 1;
+        state.edges.entry(start_ts).or_default().push(edge);
+        state
+            .keys
+            .get_mut(&hash)
+            .expect("a ticket keeps its keys watched")
+            .waiters
+            .push(Waiter {
+                id,
+                start_ts,
+                wake_at: None,
+            });
+        let outcome = loop {
+            let now = Instant::now();
+            let wake_at = state.keys[&hash]
+                .waiters
+                .iter()
+                .find(|w| w.id == id)
+                .and_then(|w| w.wake_at);
+            if wake_at.is_some_and(|at| at <= now) {
+                break WaitOutcome::Released;
+            }
+            if now >= deadline {
+                break WaitOutcome::TimedOut;
+            }
+            let until = wake_at.map_or(deadline, |at| at.min(deadline));
+            self.inner.woken.wait_until(&mut state, until);
+        };
+        if let Some(watched) = state.keys.get_mut(&hash) {
+            watched.waiters.retain(|w| w.id != id);
+        }
+        if let Some(edges) = state.edges.get_mut(&start_ts) {
+            if let Some(at) = edges
+                .iter()
+                .position(|e| e.wait_for_txn == lock_ts && e.key_hash == hash)
+            {
+                edges.swap_remove(at);
+            }
+            if edges.is_empty() {
+                state.edges.remove(&start_ts);
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The wait-for edges now, for tests and diagnostics.
+    pub fn wait_for_edges(&self) -> Vec<WaitForEntry> {
+        let state = self.inner.state.lock();
+        state.edges.values().flatten().cloned().collect()
+    }
+}
+
+impl State {
+    /// The path of waiting edges from `edge`'s `wait_for_txn` back to its
+    /// `txn`, if there is one: the cycle `edge` would close, less `edge`.
+    fn cycle_through(&self, edge: &WaitForEntry) -> Option<Vec<WaitForEntry>> {
+        // Depth-first from the lock owner, remembering the path.
+        let mut visited = HashSet::new();
+        let mut path: Vec<&WaitForEntry> = Vec::new();
+        let mut stack: Vec<(usize, &WaitForEntry)> = self
+            .edges
+            .get(&edge.wait_for_txn)
+            .into_iter()
+            .flatten()
+            .map(|e| (0, e))
+            .collect();
+        visited.insert(edge.wait_for_txn);
+        while let Some((depth, next)) = stack.pop() {
+            path.truncate(depth);
+            path.push(next);
+            if next.wait_for_txn == edge.txn {
+                return Some(path.into_iter().cloned().collect());
+            }
+            if visited.insert(next.wait_for_txn) {
+                for further in self.edges.get(&next.wait_for_txn).into_iter().flatten() {
+                    stack.push((depth + 1, further));
+                }
+            }
+        }
+        None
+    }
+}
+
+impl Drop for WatchTicket {
+    fn drop(&mut self) {
+        let mut state = self.waits.inner.state.lock();
+        for (hash, _) in &self.seen {
+            if let Some(watched) = state.keys.get_mut(hash) {
+                watched.tickets -= 1;
+                if watched.tickets == 0 {
+                    state.keys.remove(hash);
+                }
+            }
+        }
+        drop(state);
+        self.waits.inner.watchers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The hashes of the lock-CF keys `batch` deletes: the locks it releases.
+/// Allocates nothing for a batch that deletes none.
+pub(crate) fn deleted_lock_hashes(batch: &WriteBatch) -> Vec<u64> {
+    batch
+        .modifies()
+        .iter()
+        .filter_map(|modify| match modify {
+            Modify::Delete { cf: Cf::Lock, key } => Some(encoded_hash(key)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::thread;
+
+    use super::*;
+
+    fn ts(v: u64) -> TimeStamp {
+        TimeStamp::new(v)
+    }
+
+    fn k(raw: &[u8]) -> Key {
+        Key::from_raw(raw)
+    }
+
+    #[test]
+    fn a_release_after_the_watch_ends_the_wait_at_once() {
+        let waits = LockWaits::default();
+        let ticket = waits.watch(&[k(b"a")]);
+        waits.release(&[key_hash(&k(b"a"))]);
+        let outcome = waits
+            .wait(&ticket, ts(10), &k(b"a"), ts(5), Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(outcome, WaitOutcome::Released);
+    }
+
+    #[test]
+    fn a_wait_times_out_without_a_release() {
+        let waits = LockWaits::default();
+        let ticket = waits.watch(&[k(b"a")]);
+        let outcome = waits
+            .wait(&ticket, ts(10), &k(b"a"), ts(5), Duration::from_millis(10))
+            .unwrap();
+        assert_eq!(outcome, WaitOutcome::TimedOut);
+        assert!(waits.wait_for_edges().is_empty());
+        drop(ticket);
+        assert!(!waits.has_watchers());
+    }
+
+    #[test]
+    fn the_oldest_waiter_wakes_first() {
+        let waits = LockWaits::new(Duration::from_secs(30));
+        let woken = Arc::new(Mutex::new(Vec::new()));
+        let handles: Vec<_> = [30u64, 20]
+            .into_iter()
+            .map(|start| {
+                let (waits, woken) = (waits.clone(), woken.clone());
+                let ticket = waits.watch(&[k(b"a")]);
+                thread::spawn(move || {
+                    let outcome = waits
+                        .wait(&ticket, ts(start), &k(b"a"), ts(5), Duration::from_secs(60))
+                        .unwrap();
+                    woken.lock().push((start, outcome));
+                })
+            })
+            .collect();
+        while waits.wait_for_edges().len() < 2 {
+            thread::yield_now();
+        }
+        waits.release(&[key_hash(&k(b"a"))]);
+        while woken.lock().is_empty() {
+            thread::yield_now();
+        }
+        // Txn 30 sleeps out the 30 s delay; only 20 ran.
+        assert_eq!(*woken.lock(), vec![(20, WaitOutcome::Released)]);
+        // A second release wakes the next oldest at once.
+        waits.release(&[key_hash(&k(b"a"))]);
+        for handle in handles {
+            handle.join().unwrap();
+        }
+        assert_eq!(woken.lock()[1], (30, WaitOutcome::Released));
+    }
+
+    #[test]
+    fn a_wait_that_closes_a_cycle_fails_naming_it() {
+        let waits = LockWaits::default();
+        // 10 waits for 20 on a; 20 waits for 30 on b; 30 asks to wait for 10 on c.
+        let spawn_wait = |start: u64, lock: u64, key: &'static [u8]| {
+            let waits = waits.clone();
+            let ticket = waits.watch(&[k(key)]);
+            thread::spawn(move || {
+                waits.wait(
+                    &ticket,
+                    ts(start),
+                    &k(key),
+                    ts(lock),
+                    Duration::from_secs(60),
+                )
+            })
+        };
+        let first = spawn_wait(10, 20, b"a");
+        let second = spawn_wait(20, 30, b"b");
+        while waits.wait_for_edges().len() < 2 {
+            thread::yield_now();
+        }
+        let ticket = waits.watch(&[k(b"c")]);
+        let err = waits
+            .wait(&ticket, ts(30), &k(b"c"), ts(10), Duration::from_secs(60))
+            .unwrap_err();
+        match err {
+            Error::Deadlock {
+                start_ts,
+                lock_ts,
+                lock_key,
+                deadlock_key_hash,
+                wait_chain,
+            } => {
+                assert_eq!(
+                    (start_ts, lock_ts, lock_key),
+                    (ts(30), ts(10), b"c".to_vec())
+                );
+                let chain: Vec<_> = wait_chain
+                    .iter()
+                    .map(|e| {
+                        (
+                            e.txn.into_inner(),
+                            e.wait_for_txn.into_inner(),
+                            e.key.clone(),
+                        )
+                    })
+                    .collect();
+                assert_eq!(
+                    chain,
+                    vec![(10, 20, b"a".to_vec()), (20, 30, b"b".to_vec())]
+                );
+                assert_eq!(deadlock_key_hash, key_hash(&k(b"b")));
+            }
+            other => panic!("expected Deadlock, got {other}"),
+        }
+        // No edge was added for the refused wait; the others still wait.
+        assert_eq!(waits.wait_for_edges().len(), 2);
+        waits.release(&[key_hash(&k(b"a")), key_hash(&k(b"b"))]);
+        assert_eq!(first.join().unwrap().unwrap(), WaitOutcome::Released);
+        assert_eq!(second.join().unwrap().unwrap(), WaitOutcome::Released);
+    }
+}
