@@ -72,6 +72,6 @@ pub use percolate_mvcc as mvcc;
 pub use percolate_txn as txn;
 pub use percolate_txn::client::{
     Client, ClientConfig, CommitInfo, CommitProtocol, OpenOptions, ParallelPrewrite,
-    SecondaryCommits, Transaction,
+    PessimisticTransaction, SecondaryCommits, Transaction,
 };
 pub use percolate_txn::{Error, Result};

@@ -107,6 +107,15 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
             .into());
         }
         // A repeated request: the key is already ours.
+        if should_not_exist {
+            if let Some(existing_start_ts) = existing_start_ts(reader, &key, for_update_ts)? {
+                return Err(percolate_mvcc::Error::AlreadyExist {
+                    key,
+                    existing_start_ts,
+                }
+                .into());
+            }
+        }
         let value = if wants_value {
             value_at(reader, &key, for_update_ts, options.return_value)?
         } else {

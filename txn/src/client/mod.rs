@@ -25,6 +25,7 @@
 
 mod gc;
 mod heartbeat;
+mod pessimistic;
 mod resolver;
 mod transaction;
 
@@ -36,6 +37,7 @@ use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp};
 
 use self::heartbeat::HeartBeats;
+pub use self::pessimistic::PessimisticTransaction;
 pub use self::transaction::{CommitInfo, CommitProtocol, Transaction};
 use crate::cluster::Cluster;
 use crate::concurrency_manager::MaxTsLimit;
@@ -76,6 +78,11 @@ pub struct ClientConfig {
     /// point (a 2PC transaction's secondaries, every key of an async-commit
     /// one). Defaults to [`SecondaryCommits::Inline`].
     pub secondary_commits: SecondaryCommits,
+    /// How long a pessimistic transaction's lock request waits for another
+    /// transaction's lock before it checks whether that transaction is
+    /// still alive (and waits again until `resolve_timeout`). Defaults to
+    /// 1 s, TiKV's `wait-for-lock-timeout`.
+    pub lock_wait_timeout: Duration,
 }
 
 /// Whether a transaction's prewrite batches run at once (TiKV's parallel
@@ -135,6 +142,7 @@ impl Default for ClientConfig {
             max_retries: 64,
             parallel_prewrite: ParallelPrewrite::default(),
             secondary_commits: SecondaryCommits::default(),
+            lock_wait_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -267,6 +275,37 @@ impl<E: Engine> Client<E> {
             self.inner.clone(),
             self.inner.oracle.get_ts()?,
         ))
+    }
+
+    /// Begins a pessimistic transaction at a fresh start_ts: its writes
+    /// and [`get_for_update`](PessimisticTransaction::get_for_update) lock
+    /// keys as they go (see [`PessimisticTransaction`]).
+    pub fn begin_pessimistic(&self) -> Result<PessimisticTransaction<E>> {
+        Ok(PessimisticTransaction::new(self.begin()?))
+    }
+
+    /// Runs `work` in a new pessimistic transaction and commits it, retrying
+    /// the whole transaction after a jittered backoff on a retryable error
+    /// (a deadlock, a lock that did not go away), up to
+    /// [`ClientConfig::max_retries`] times. Conflicts on the keys it locks
+    /// are retried inside each lock request, not here.
+    pub fn with_retry_pessimistic<T>(
+        &self,
+        mut work: impl FnMut(&mut PessimisticTransaction<E>) -> Result<T>,
+    ) -> Result<T> {
+        let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
+        let mut attempt = 1;
+        loop {
+            let mut txn = self.begin_pessimistic()?;
+            let result = work(&mut txn).and_then(|out| txn.commit().map(|_| out));
+            match result {
+                Err(e) if e.is_retryable() && attempt < self.inner.config.max_retries => {
+                    attempt += 1;
+                    backoff.sleep();
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The latest committed value of `key`, read without a timestamp: no

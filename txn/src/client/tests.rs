@@ -8,7 +8,7 @@ use percolate_engine::MemoryEngine;
 
 use super::*;
 use crate::actions::prewrite::Mutation;
-use crate::commands::Prewrite;
+use crate::commands::{AcquirePessimisticLock, Prewrite};
 use crate::oracle::{LocalOracle, ManualClock};
 
 struct Setup {
@@ -572,4 +572,154 @@ fn prewrite_batches_run_at_once_or_one_after_another() {
         });
         assert_eq!(client.get_latest(b"q").unwrap(), Some(b"v".to_vec()));
     }
+}
+
+// ------------------------------------------------------------ pessimistic
+
+/// The pessimistic lock of the transaction on `k`, if any.
+fn pessimistic_lock_on(client: &Client<MemoryEngine>, k: &[u8]) -> Option<percolate_mvcc::Lock> {
+    let storage = client.cluster().region_for(k).storage();
+    storage
+        .mvcc_by_key(key(k))
+        .unwrap()
+        .lock
+        .filter(|lock| lock.is_pessimistic_lock())
+}
+
+#[test]
+fn a_pessimistic_transaction_locks_as_it_goes_and_commits() {
+    let s = client();
+    commit(&s.client, &[("a", "1")]);
+    let mut txn = s.client.begin_pessimistic().unwrap();
+    // Committed after the start_ts: the snapshot does not see it, the
+    // locking read does.
+    commit(&s.client, &[("h", "2")]);
+    assert_eq!(txn.get(b"h").unwrap(), None);
+    assert_eq!(txn.get_for_update(b"h").unwrap(), Some(b"2".to_vec()));
+    txn.put(b"a", b"10").unwrap();
+    txn.put(b"q", b"20").unwrap();
+    for k in [&b"a"[..], b"h", b"q"] {
+        let lock = pessimistic_lock_on(&s.client, k).expect("locked as it went");
+        assert_eq!(
+            (lock.ts, lock.primary.as_slice()),
+            (txn.start_ts(), &b"h"[..])
+        );
+    }
+    // An optimistic writer of a locked key cannot commit meanwhile.
+    let mut other = s.client.begin().unwrap();
+    other.put(b"q", b"x");
+    assert!(other.commit().is_err());
+    assert_eq!(txn.get(b"a").unwrap(), Some(b"10".to_vec()));
+    let info = txn.commit().unwrap();
+    assert_eq!(info.protocol, CommitProtocol::AsyncCommit);
+    for (k, v) in [(&b"a"[..], &b"10"[..]), (b"h", b"2"), (b"q", b"20")] {
+        assert_eq!(s.client.get_latest(k).unwrap().as_deref(), Some(v));
+        assert_eq!(pessimistic_lock_on(&s.client, k), None);
+    }
+}
+
+#[test]
+fn pessimistic_increments_of_one_key_lose_nothing_and_never_abort() {
+    let s = client();
+    commit(&s.client, &[("counter", "0")]);
+    let threads = 4;
+    let per_thread = 25;
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                for _ in 0..per_thread {
+                    let mut txn = s.client.begin_pessimistic().unwrap();
+                    let value = txn.get_for_update(b"counter").unwrap().unwrap();
+                    let n: u64 = String::from_utf8(value).unwrap().parse().unwrap();
+                    txn.put(b"counter", (n + 1).to_string()).unwrap();
+                    txn.commit()
+                        .expect("a pessimistic commit meets no conflict");
+                }
+            });
+        }
+    });
+    assert_eq!(
+        s.client.get_latest(b"counter").unwrap(),
+        Some((threads * per_thread).to_string().into_bytes())
+    );
+}
+
+#[test]
+fn a_pessimistic_transaction_dropped_or_rolled_back_releases_its_locks() {
+    let s = client();
+    let mut dropped = s.client.begin_pessimistic().unwrap();
+    dropped.put(b"a", b"1").unwrap();
+    dropped.lock_keys([&b"h"[..]]).unwrap();
+    assert!(pessimistic_lock_on(&s.client, b"h").is_some());
+    drop(dropped);
+    let mut rolled_back = s.client.begin_pessimistic().unwrap();
+    rolled_back.get_for_update(b"a").unwrap();
+    rolled_back.put(b"q", b"1").unwrap();
+    rolled_back.rollback().unwrap();
+    for k in [&b"a"[..], b"h", b"q"] {
+        assert_eq!(pessimistic_lock_on(&s.client, k), None, "{k:?}");
+        assert_eq!(s.client.get_latest(k).unwrap(), None);
+    }
+    // An insert over an existing key fails without locking it.
+    commit(&s.client, &[("a", "1")]);
+    let mut txn = s.client.begin_pessimistic().unwrap();
+    let err = txn.insert(b"a", b"2").unwrap_err();
+    assert!(
+        matches!(err, Error::Mvcc(percolate_mvcc::Error::AlreadyExist { .. })),
+        "{err}"
+    );
+    txn.insert(b"b", b"2").unwrap();
+    txn.commit().unwrap();
+    assert_eq!(s.client.get_latest(b"b").unwrap(), Some(b"2".to_vec()));
+}
+
+#[test]
+fn pessimistic_transactions_in_a_deadlock_fail_one_at_once() {
+    let s = client();
+    let mut first = s.client.begin_pessimistic().unwrap();
+    let mut second = s.client.begin_pessimistic().unwrap();
+    first.put(b"a", b"1").unwrap();
+    second.put(b"q", b"2").unwrap();
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(move || {
+            first.put(b"q", b"1")?;
+            first.commit()
+        });
+        let waits = s.client.cluster().regions()[0]
+            .storage()
+            .concurrency_manager()
+            .lock_waits()
+            .clone();
+        while waits.wait_for_edges().is_empty() {
+            std::thread::yield_now();
+        }
+        let err = second.put(b"a", b"2").unwrap_err();
+        assert!(matches!(err, Error::Deadlock { .. }), "{err}");
+        second.rollback().unwrap();
+        waiting.join().unwrap().unwrap();
+    });
+    assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(s.client.get_latest(b"q").unwrap(), Some(b"1".to_vec()));
+}
+
+#[test]
+fn a_dead_clients_pessimistic_lock_is_resolved_once_it_expires() {
+    let s = setup(ClientConfig {
+        lock_wait_timeout: Duration::from_millis(5),
+        ..ClientConfig::default()
+    });
+    // A client that locked `k` and died: no heart beat keeps it alive.
+    let dead_ts = s.client.oracle().get_ts().unwrap();
+    let storage = s.client.cluster().region_for(b"k").storage();
+    storage
+        .acquire_pessimistic_lock(
+            AcquirePessimisticLock::new(vec![key(b"k")], b"k".to_vec(), dead_ts, dead_ts)
+                .lock_ttl(100),
+        )
+        .unwrap();
+    let mut txn = s.client.begin_pessimistic().unwrap();
+    s.clock.advance(200);
+    txn.put(b"k", b"mine").unwrap();
+    txn.commit().unwrap();
+    assert_eq!(s.client.get_latest(b"k").unwrap(), Some(b"mine".to_vec()));
 }

@@ -10,7 +10,7 @@ use percolate_mvcc::{Key, TimeStamp};
 
 use super::resolver::into_lock;
 use super::{Backoff, Deadline, Inner, ParallelPrewrite, SecondaryCommits, key};
-use crate::actions::prewrite::{Mutation, PrewriteResult};
+use crate::actions::prewrite::{Mutation, PessimisticAction, PrewriteResult, TransactionKind};
 use crate::commands::{Commit, Prewrite, Unlock};
 use crate::fail;
 use crate::read::ReadOptions;
@@ -259,6 +259,12 @@ impl<E: Engine> Transaction<E> {
     /// txn.put(b"k", b"again"); // error[E0382]: borrow of moved value: `txn`
     /// ```
     pub fn commit(mut self) -> Result<CommitInfo> {
+        self.commit_buffer(None)
+    }
+
+    /// Commits the buffered writes, as a pessimistic transaction's with
+    /// `pessimism`.
+    pub(super) fn commit_buffer(&mut self, pessimism: Option<Pessimism>) -> Result<CommitInfo> {
         let buffer = std::mem::take(&mut self.buffer);
         if buffer.contains_key(&[][..]) {
             return Err(Error::InvalidRequest {
@@ -284,8 +290,32 @@ impl<E: Engine> Transaction<E> {
         // and any reader could roll it back before its first heart beat.
         let elapsed_ms = u64::try_from(self.began.elapsed().as_millis()).unwrap_or(u64::MAX);
         let lock_ttl_ms = self.client.config.lock_ttl_ms.saturating_add(elapsed_ms);
-        Committer::new(&self.client, self.start_ts, lock_ttl_ms, buffer).run()
+        Committer::new(&self.client, self.start_ts, lock_ttl_ms, buffer, pessimism).run()
     }
+
+    /// Whether `key` has a buffered write (or lock).
+    pub(super) fn buffers(&self, key: &[u8]) -> bool {
+        self.buffer.contains_key(key)
+    }
+
+    /// The client.
+    pub(super) fn client(&self) -> &Arc<Inner<E>> {
+        &self.client
+    }
+
+    /// How long the transaction has been open.
+    pub(super) fn open_for(&self) -> Duration {
+        self.began.elapsed()
+    }
+}
+
+/// What a pessimistic transaction's commit adds: its primary (the key it
+/// locked first) and its latest for_update_ts. Every key it writes holds
+/// its pessimistic lock.
+#[derive(Clone, Debug)]
+pub(super) struct Pessimism {
+    pub(super) primary: Vec<u8>,
+    pub(super) for_update_ts: TimeStamp,
 }
 
 /// Sends a command without waiting for its answer: it runs all the same.
@@ -306,6 +336,8 @@ fn raw(key: &Key) -> Result<Vec<u8>> {
 struct Committer<'a, E: Engine> {
     client: &'a Inner<E>,
     start_ts: TimeStamp,
+    /// A pessimistic transaction's latest for_update_ts.
+    for_update_ts: Option<TimeStamp>,
     primary: Vec<u8>,
     /// Every key, grouped by region index.
     keys_by_region: Vec<(usize, Vec<Key>)>,
@@ -331,15 +363,19 @@ impl<'a, E: Engine> Committer<'a, E> {
         start_ts: TimeStamp,
         lock_ttl_ms: u64,
         buffer: BTreeMap<Vec<u8>, Op>,
+        pessimism: Option<Pessimism>,
     ) -> Self {
         let config = &client.config;
-        let primary = buffer.keys().next().expect("not empty").clone();
+        let primary = match &pessimism {
+            Some(p) => p.primary.clone(),
+            None => buffer.keys().next().expect("not empty").clone(),
+        };
         let key_count = buffer.len();
         let may_commit_async = config.async_commit && key_count <= config.max_async_commit_keys;
         // The raw keys an async-commit primary lock lists, taken before the
         // buffer is consumed (not decoded back from the encoded keys).
         let mut secondaries: Vec<Vec<u8>> = if may_commit_async {
-            buffer.keys().skip(1).cloned().collect()
+            buffer.keys().filter(|k| **k != primary).cloned().collect()
         } else {
             Vec::new()
         };
@@ -347,12 +383,16 @@ impl<'a, E: Engine> Committer<'a, E> {
         for (raw, op) in buffer {
             let region = client.cluster.region_index(&raw);
             let k = key(&raw);
-            let mutation = match op {
+            let mut mutation = match op {
                 Op::Put(v) => Mutation::put(k, v),
                 Op::Delete => Mutation::delete(k),
                 Op::Insert(v) => Mutation::insert(k, v),
                 Op::Lock => Mutation::lock(k),
             };
+            if pessimism.is_some() {
+                // Every key was locked as it was written.
+                mutation = mutation.with_pessimistic_action(PessimisticAction::DoPessimisticCheck);
+            }
             match by_region.last_mut() {
                 Some((r, mutations)) if *r == region => mutations.push(mutation),
                 _ => by_region.push((region, vec![mutation])),
@@ -386,6 +426,7 @@ impl<'a, E: Engine> Committer<'a, E> {
         Committer {
             client,
             start_ts,
+            for_update_ts: pessimism.map(|p| p.for_update_ts),
             primary,
             keys_by_region,
             batches,
@@ -403,6 +444,9 @@ impl<'a, E: Engine> Committer<'a, E> {
             Prewrite::new(batch.mutations.clone(), self.primary.clone(), self.start_ts)
                 .lock_ttl(self.lock_ttl_ms)
                 .txn_size(self.key_count as u64);
+        if let Some(for_update_ts) = self.for_update_ts {
+            prewrite.props.kind = TransactionKind::Pessimistic { for_update_ts };
+        }
         match self.protocol {
             CommitProtocol::OnePc => prewrite = prewrite.one_pc(TimeStamp::zero()),
             CommitProtocol::AsyncCommit => {

@@ -1,0 +1,354 @@
+//! A pessimistic transaction: keys are locked as they are read for update
+//! or written, so that the commit cannot meet a write conflict on them.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use percolate_engine::{Engine, RocksEngine};
+use percolate_mvcc::{Key, TimeStamp, WriteConflictReason};
+
+use super::resolver::into_lock;
+use super::transaction::{CommitInfo, Pessimism, Transaction};
+use super::{Backoff, Deadline, Inner, key};
+use crate::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
+use crate::commands::{AcquirePessimisticLock, PessimisticRollback, Unlock};
+use crate::{Error, Result};
+
+/// A pessimistic transaction at snapshot isolation for its plain reads.
+///
+/// [`get_for_update`](Self::get_for_update), [`lock_keys`](Self::lock_keys)
+/// and the writes ([`put`](Self::put), [`delete`](Self::delete),
+/// [`insert`](Self::insert)) lock their keys at once, with a pessimistic
+/// lock at a fresh `for_update_ts`: another transaction's lock in the way
+/// is waited for (up to [`ClientConfig::lock_wait_timeout`](super::ClientConfig::lock_wait_timeout)
+/// per round, resolved if its owner is gone), a deadlock fails at once with
+/// [`Error::Deadlock`], and a commit newer than the `for_update_ts` makes
+/// the request take a newer one and try again: the statement is retried,
+/// not the transaction. A locked key is this transaction's until it
+/// commits or rolls back, so the commit meets no write conflict on it.
+///
+/// Plain reads ([`get`](Self::get), [`scan`](Self::scan)) read the snapshot
+/// at the start_ts, as an optimistic transaction's do, and lock nothing;
+/// `get_for_update` reads the latest committed value (at its
+/// `for_update_ts`).
+///
+/// The first key locked is the primary. Its lock is kept alive by heart
+/// beats while the transaction is open. [`commit`](Self::commit) prewrites
+/// every key over its pessimistic lock (1PC or async commit where they
+/// apply); [`rollback`](Self::rollback), a failed commit, or dropping the
+/// transaction releases the locks.
+pub struct PessimisticTransaction<E: Engine = RocksEngine> {
+    txn: Transaction<E>,
+    /// The primary, once a key is locked.
+    primary: Option<Vec<u8>>,
+    /// The for_update_ts of the latest lock request.
+    for_update_ts: TimeStamp,
+    /// Keys holding this transaction's pessimistic lock.
+    locked: BTreeSet<Vec<u8>>,
+    /// Set once the transaction committed or rolled back.
+    finished: bool,
+}
+
+impl<E: Engine> std::fmt::Debug for PessimisticTransaction<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PessimisticTransaction")
+            .field("start_ts", &self.txn.start_ts())
+            .field("for_update_ts", &self.for_update_ts)
+            .field("locked", &self.locked.len())
+            .finish()
+    }
+}
+
+impl<E: Engine> PessimisticTransaction<E> {
+    pub(super) fn new(txn: Transaction<E>) -> Self {
+        let start_ts = txn.start_ts();
+        PessimisticTransaction {
+            txn,
+            primary: None,
+            for_update_ts: start_ts,
+            locked: BTreeSet::new(),
+            finished: false,
+        }
+    }
+
+    /// The transaction's start_ts: the snapshot of its plain reads.
+    pub fn start_ts(&self) -> TimeStamp {
+        self.txn.start_ts()
+    }
+
+    /// The for_update_ts of its latest lock request (the start_ts before
+    /// the first).
+    pub fn for_update_ts(&self) -> TimeStamp {
+        self.for_update_ts
+    }
+
+    /// The value of `key` at the snapshot (or this transaction's own
+    /// write); locks nothing.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.txn.get(key)
+    }
+
+    /// The values of `keys` at the snapshot (or own writes), in the order
+    /// asked; locks nothing.
+    pub fn batch_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.txn.batch_get(keys)
+    }
+
+    /// Up to `limit` pairs (0: no limit) of `[start, end)` at the snapshot,
+    /// own writes included; locks nothing.
+    pub fn scan(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.txn.scan(start, end, limit)
+    }
+
+    /// Locks `key` and returns its latest committed value (or this
+    /// transaction's own write): `SELECT ... FOR UPDATE`.
+    pub fn get_for_update(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if self.txn.buffers(key) && self.locked.contains(key) {
+            return self.txn.get(key);
+        }
+        let values = self.lock(&[key.to_vec()], true)?;
+        if self.txn.buffers(key) {
+            return self.txn.get(key);
+        }
+        // Committed as a Lock record unless written later.
+        self.txn.lock_keys([key]);
+        Ok(values.into_iter().next().flatten())
+    }
+
+    /// Locks `keys`: no other transaction can write them until this one
+    /// ends. They are committed as Lock records if not written.
+    pub fn lock_keys<K: Into<Vec<u8>>>(&mut self, keys: impl IntoIterator<Item = K>) -> Result<()> {
+        let keys: Vec<Vec<u8>> = keys.into_iter().map(Into::into).collect();
+        self.lock(&keys, false)?;
+        for key in keys {
+            if !self.txn.buffers(&key) {
+                self.txn.lock_keys([key]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Locks `key` and sets it to `value` at commit.
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
+        let key = key.into();
+        self.lock(std::slice::from_ref(&key), false)?;
+        self.txn.put(key, value);
+        Ok(())
+    }
+
+    /// Locks `key` and deletes it at commit.
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> Result<()> {
+        let key = key.into();
+        self.lock(std::slice::from_ref(&key), false)?;
+        self.txn.delete(key);
+        Ok(())
+    }
+
+    /// Locks `key`, failing with `AlreadyExist` if it has a value, and sets
+    /// it to `value` at commit.
+    pub fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
+        let key = key.into();
+        self.lock_with(std::slice::from_ref(&key), false, true)?;
+        self.txn.insert(key, value);
+        Ok(())
+    }
+
+    /// Commits: every written or locked key is prewritten over its
+    /// pessimistic lock, then committed as an optimistic transaction is
+    /// (see [`Transaction::commit`]). On error nothing is visible and the
+    /// locks are released.
+    pub fn commit(mut self) -> Result<CommitInfo> {
+        self.finished = true;
+        let Some(primary) = self.primary.clone() else {
+            // Nothing locked, so nothing written.
+            return self.txn.commit_buffer(None);
+        };
+        let pessimism = Pessimism {
+            primary,
+            for_update_ts: self.for_update_ts,
+        };
+        let outcome = self.txn.commit_buffer(Some(pessimism));
+        let client = self.txn.client().clone();
+        client.heartbeats.stop(self.start_ts());
+        if outcome.is_err() {
+            // The prewrite leaves no pessimistic lock behind on failure,
+            // but keys locked and never written might.
+            self.release_locks();
+        }
+        outcome
+    }
+
+    /// Releases the locks; nothing was written.
+    pub fn rollback(mut self) -> Result<()> {
+        self.finished = true;
+        self.release_locks();
+        Ok(())
+    }
+
+    /// Locks `keys` (those not locked yet), returning their values when
+    /// `want_values`.
+    fn lock(&mut self, keys: &[Vec<u8>], want_values: bool) -> Result<Vec<Option<Vec<u8>>>> {
+        self.lock_with(keys, want_values, false)
+    }
+
+    fn lock_with(
+        &mut self,
+        keys: &[Vec<u8>],
+        want_values: bool,
+        should_not_exist: bool,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let client = self.txn.client().clone();
+        let needed: Vec<&Vec<u8>> = keys
+            .iter()
+            .filter(|k| want_values || should_not_exist || !self.locked.contains(*k))
+            .collect();
+        if needed.is_empty() {
+            return Ok(keys.iter().map(|_| None).collect());
+        }
+        if needed.iter().any(|k| k.is_empty()) {
+            return Err(Error::InvalidRequest {
+                reason: "a transaction cannot write the empty key",
+                key: None,
+            });
+        }
+        if self.primary.is_none() {
+            // The first key locked is the primary: lock it on its own
+            // first, so every later lock names a primary that exists.
+            let primary = needed[0].clone();
+            self.primary = Some(primary.clone());
+            if let Err(e) = self.lock_region(&client, &[primary.clone()], false, false) {
+                self.primary = None;
+                return Err(e);
+            }
+            self.locked.insert(primary.clone());
+            client.heartbeats.keep_alive(self.start_ts(), primary);
+        }
+        // Group by region, in key order; one request per region.
+        let mut by_region: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+        for k in &needed {
+            let region = client.cluster.region_index(k);
+            match by_region.iter_mut().find(|(r, _)| *r == region) {
+                Some((_, ks)) => ks.push((*k).clone()),
+                None => by_region.push((region, vec![(*k).clone()])),
+            }
+        }
+        let mut values = std::collections::HashMap::new();
+        for (_, ks) in by_region {
+            let got = self.lock_region(&client, &ks, want_values, should_not_exist)?;
+            for (k, v) in ks.into_iter().zip(got) {
+                self.locked.insert(k.clone());
+                values.insert(k, v);
+            }
+        }
+        Ok(keys.iter().map(|k| values.remove(k).flatten()).collect())
+    }
+
+    /// Locks `keys`, all in one region: waits for locks in the way,
+    /// resolves those whose owners are gone, and retries with a newer
+    /// for_update_ts after a conflict, until the client's resolve timeout.
+    fn lock_region(
+        &mut self,
+        client: &Inner<E>,
+        keys: &[Vec<u8>],
+        want_values: bool,
+        should_not_exist: bool,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let primary = self.primary.clone().expect("the primary is chosen first");
+        let storage = client.cluster.region_for(&keys[0]).storage();
+        let deadline = Deadline::after(client.config.resolve_timeout);
+        let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
+        loop {
+            // A fresh for_update_ts per attempt: the newest committed data
+            // is what the locked keys are read at.
+            let for_update_ts = client.oracle.get_ts()?;
+            self.for_update_ts = self.for_update_ts.max(for_update_ts);
+            let mut request = AcquirePessimisticLock::new(
+                keys.iter().map(|k| key(k)).collect(),
+                primary.clone(),
+                self.start_ts(),
+                for_update_ts,
+            )
+            .lock_ttl(
+                client
+                    .config
+                    .lock_ttl_ms
+                    .saturating_add(self.txn.open_for().as_millis() as u64),
+            )
+            .wait_timeout(client.config.lock_wait_timeout);
+            if want_values {
+                request = request.return_values();
+            }
+            for (_, insert) in &mut request.keys {
+                *insert = should_not_exist;
+            }
+            match storage.acquire_pessimistic_lock(request) {
+                Ok(results) => {
+                    return Ok(results
+                        .into_iter()
+                        .map(|result| match result {
+                            PessimisticLockKeyResult::Value(value) => value,
+                            _ => None,
+                        })
+                        .collect());
+                }
+                Err(Error::Mvcc(percolate_mvcc::Error::WriteConflict {
+                    reason: WriteConflictReason::PessimisticRetry,
+                    ..
+                })) => continue,
+                Err(e) => {
+                    let lock = into_lock(e)?;
+                    let mut pushed = Vec::new();
+                    let locks = [lock];
+                    let alive = client.resolve_locks(&locks, TimeStamp::zero(), &mut pushed)?;
+                    if let Some(lock) = alive.first() {
+                        deadline.check(&lock.key, lock)?;
+                        backoff.sleep();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases every pessimistic lock of the transaction, without waiting:
+    /// pessimistic locks taken by it, and any lock a failed prewrite left.
+    fn release_locks(&mut self) {
+        let client = self.txn.client().clone();
+        client.heartbeats.stop(self.start_ts());
+        let mut by_region: Vec<(usize, Vec<Key>)> = Vec::new();
+        for k in std::mem::take(&mut self.locked) {
+            let region = client.cluster.region_index(&k);
+            match by_region.iter_mut().find(|(r, _)| *r == region) {
+                Some((_, ks)) => ks.push(key(&k)),
+                None => by_region.push((region, vec![key(&k)])),
+            }
+        }
+        for (region, keys) in by_region {
+            let storage = client.cluster.regions()[region].storage();
+            // Pessimistic locks first (only up to this transaction's
+            // for_update_ts), then anything a prewrite left.
+            let _ = storage.write(PessimisticRollback {
+                keys: keys.clone(),
+                start_ts: self.start_ts(),
+                for_update_ts: TimeStamp::max(),
+            });
+            let _ = storage.write(Unlock {
+                keys,
+                start_ts: self.start_ts(),
+            });
+        }
+    }
+}
+
+impl<E: Engine> Drop for PessimisticTransaction<E> {
+    /// A transaction dropped without commit or rollback releases its locks.
+    fn drop(&mut self) {
+        if !self.finished {
+            self.release_locks();
+        }
+    }
+}
