@@ -14,11 +14,15 @@
 //! Snapshot isolation forbids G0, G1a, G1b, G1c, lost update (P4) and read
 //! skew (G-single); it allows write skew (G2-item), and the last test shows
 //! that it happens, and that `Transaction::lock_keys` prevents it.
+//!
+//! The last five tests run the anomalies again with pessimistic
+//! transactions (`Client::begin_pessimistic`), whose writes and reads for
+//! update lock keys as they go.
 
 use std::sync::Barrier;
 use std::thread;
 
-use percolate::{Client, ClientConfig, Error, OpenOptions, Transaction};
+use percolate::{Client, ClientConfig, Error, OpenOptions, PessimisticTransaction, Transaction};
 use tempfile::TempDir;
 
 const X: &[u8] = b"c";
@@ -277,4 +281,192 @@ fn write_skew_happens_and_lock_keys_prevents_it() {
         assert_conflict(t2.commit());
         assert_eq!(latest(client), (0, 1));
     });
+}
+
+// ------------------------------------------------------------ pessimistic
+//
+// The same anomalies with pessimistic transactions: a write or a locking
+// read takes its key's lock at once, so the second writer of a key is
+// stopped when it writes (here, on one thread, by a short lock-wait and
+// resolve timeout), not when it commits. Plain reads still read the
+// snapshot at the start_ts; `get_for_update` reads the latest commit.
+
+/// Runs `test` with pessimistic-friendly timeouts, on the defaults and
+/// then with 2PC only.
+fn both_protocols_pessimistic(test: impl Fn(&Client)) {
+    let short = |config: ClientConfig| ClientConfig {
+        lock_wait_timeout: std::time::Duration::from_millis(5),
+        resolve_timeout: std::time::Duration::from_millis(30),
+        ..config
+    };
+    for config in [
+        ClientConfig::default(),
+        ClientConfig {
+            async_commit: false,
+            one_pc: false,
+            ..Default::default()
+        },
+    ] {
+        let db = open(short(config));
+        test(&db.client);
+    }
+}
+
+fn pnum(txn: &mut PessimisticTransaction, key: &[u8]) -> u64 {
+    let value = txn.get_for_update(key).unwrap().expect("set up");
+    String::from_utf8(value).unwrap().parse().unwrap()
+}
+
+/// The error of a write or locking read stopped by another transaction's
+/// lock: the lock did not go away in time.
+#[track_caller]
+fn assert_stopped<T: std::fmt::Debug>(result: percolate::Result<T>) {
+    match result {
+        Err(Error::ResolveLockTimeout { .. }) => {}
+        Err(Error::Mvcc(percolate::mvcc::Error::KeyIsLocked(_))) => {}
+        other => panic!("expected the lock to stop it, got {other:?}"),
+    }
+}
+
+/// **G0** with pessimistic transactions: T2's write of x is stopped by
+/// T1's lock; whoever commits wrote both keys. Racing writers that lock x
+/// then y, retried on deadlocks, always leave x and y from one of them.
+#[test]
+fn pessimistic_g0_dirty_write_never_happens() {
+    both_protocols_pessimistic(|client| {
+        setup(client, 10, 20);
+        let mut t1 = client.begin_pessimistic().unwrap();
+        let mut t2 = client.begin_pessimistic().unwrap();
+        t1.put(X, "11").unwrap();
+        assert_stopped(t2.put(X, "12"));
+        t2.put(Y, "22").unwrap();
+        assert_stopped(t1.put(Y, "21"));
+        t2.rollback().unwrap();
+        t1.put(Y, "21").unwrap();
+        t1.commit().unwrap();
+        assert_eq!(latest(client), (11, 21));
+
+        for round in 0..20u64 {
+            let barrier = Barrier::new(2);
+            thread::scope(|s| {
+                for t in 1..=2u64 {
+                    let barrier = &barrier;
+                    s.spawn(move || {
+                        let v = (round * 10 + t).to_string();
+                        barrier.wait();
+                        client
+                            .with_retry_pessimistic(|txn| {
+                                txn.put(X, v.clone())?;
+                                txn.put(Y, v.clone())
+                            })
+                            .unwrap();
+                    });
+                }
+            });
+            let (x, y) = latest(client);
+            assert_eq!(x, y, "round {round}: x and y from different writers");
+        }
+    });
+}
+
+/// **G1a** with pessimistic transactions: T1's locks do not block readers,
+/// who see the old x before and after T1 rolls back.
+#[test]
+fn pessimistic_g1a_aborted_read_never_happens() {
+    both_protocols_pessimistic(|client| {
+        setup(client, 10, 20);
+        let mut t1 = client.begin_pessimistic().unwrap();
+        t1.put(X, "11").unwrap();
+        t1.put(Y, "21").unwrap();
+        let t2 = client.begin().unwrap();
+        assert_eq!(num(&t2, X), 10);
+        assert_eq!(client.get_latest(X).unwrap(), Some(b"10".to_vec()));
+        t1.rollback().unwrap();
+        assert_eq!(num(&t2, X), 10);
+        assert_eq!(latest(client), (10, 20));
+    });
+}
+
+/// **Lost update** with pessimistic transactions: the second read for
+/// update waits for the first transaction, and then reads its result; two
+/// racing increments both count.
+#[test]
+fn pessimistic_lost_update_never_happens() {
+    both_protocols_pessimistic(|client| {
+        setup(client, 10, 20);
+        let mut t1 = client.begin_pessimistic().unwrap();
+        let mut t2 = client.begin_pessimistic().unwrap();
+        let v1 = pnum(&mut t1, X);
+        assert_stopped(t2.get_for_update(X));
+        t1.put(X, (v1 + 1).to_string()).unwrap();
+        t1.commit().unwrap();
+        let v2 = pnum(&mut t2, X);
+        t2.put(X, (v2 + 1).to_string()).unwrap();
+        t2.commit().unwrap();
+        assert_eq!(latest(client).0, 12);
+
+        let barrier = Barrier::new(2);
+        thread::scope(|s| {
+            for _ in 0..2 {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    client
+                        .with_retry_pessimistic(|txn| {
+                            let v = pnum(txn, X);
+                            txn.put(X, (v + 1).to_string())
+                        })
+                        .unwrap();
+                });
+            }
+        });
+        assert_eq!(latest(client).0, 14);
+    });
+}
+
+/// **Read skew** with pessimistic transactions: plain reads keep the
+/// snapshot, so T1 sees x and y from before T2; a locking read of y sees
+/// T2's commit (as `SELECT ... FOR UPDATE` does) and holds it from then on.
+#[test]
+fn pessimistic_read_skew_never_happens_in_plain_reads() {
+    both_protocols_pessimistic(|client| {
+        setup(client, 10, 20);
+        let mut t1 = client.begin_pessimistic().unwrap();
+        let x = num_p(&t1, X);
+        let mut t2 = client.begin_pessimistic().unwrap();
+        t2.put(X, "5").unwrap();
+        t2.put(Y, "25").unwrap();
+        t2.commit().unwrap();
+        assert_eq!((x, num_p(&t1, Y)), (10, 20));
+        assert_eq!(pnum(&mut t1, Y), 25);
+        let mut t3 = client.begin_pessimistic().unwrap();
+        assert_stopped(t3.put(Y, "0"));
+        t1.commit().unwrap();
+        assert_eq!(latest(client), (5, 25));
+    });
+}
+
+/// **Write skew** with pessimistic transactions: reading both keys for
+/// update makes the second transaction wait for the first, and then see
+/// its write, so the constraint holds.
+#[test]
+fn pessimistic_write_skew_is_prevented_by_reads_for_update() {
+    both_protocols_pessimistic(|client| {
+        setup(client, 1, 1);
+        let mut t1 = client.begin_pessimistic().unwrap();
+        let mut t2 = client.begin_pessimistic().unwrap();
+        assert_eq!(pnum(&mut t1, X) + pnum(&mut t1, Y), 2);
+        assert_stopped(t2.get_for_update(X));
+        t1.put(X, "0").unwrap();
+        t1.commit().unwrap();
+        let sum = pnum(&mut t2, X) + pnum(&mut t2, Y);
+        assert_eq!(sum, 1, "t2 sees t1's write");
+        t2.rollback().unwrap();
+        assert_eq!(latest(client), (0, 1));
+    });
+}
+
+fn num_p(txn: &PessimisticTransaction, key: &[u8]) -> u64 {
+    let value = txn.get(key).unwrap().expect("set up");
+    String::from_utf8(value).unwrap().parse().unwrap()
 }

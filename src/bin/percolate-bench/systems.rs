@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use percolate::engine::Durability;
 use percolate::txn::scheduler::SchedulerConfig;
 use percolate::txn::storage::StorageConfig;
-use percolate::{Client, ClientConfig, CommitProtocol, OpenOptions};
+use percolate::{Client, ClientConfig, CommitProtocol, OpenOptions, PessimisticTransaction};
 use rocksdb::{
     BlockBasedOptions, Cache, DB, DBCompressionType, ErrorKind, MultiThreaded, Options,
     ReadOptions, TransactionDB, TransactionDBOptions, TransactionOptions, WaitForCompactOptions,
@@ -55,6 +55,8 @@ pub enum Kind {
     TwoPc,
     /// percolate, several regions, 1PC off: async commit.
     Async,
+    /// percolate, one region, pessimistic transactions (1PC).
+    Pessimistic,
 }
 
 impl Kind {
@@ -67,6 +69,7 @@ impl Kind {
             Kind::OnePc => "percolate-1pc",
             Kind::TwoPc => "percolate-2pc",
             Kind::Async => "percolate-async",
+            Kind::Pessimistic => "percolate-pessimistic",
         }
     }
 
@@ -101,6 +104,12 @@ impl Kind {
                  every prewrite succeeded, commit_ts = max min_commit_ts, no oracle call; \
                  commit records written by the committing thread before commit returns)"
             ),
+            Kind::Pessimistic => "snapshot isolation, pessimistic: 1 region, \
+                                  Client::begin_pessimistic, get_for_update for \
+                                  read-modify-write and transfers and writes that lock as \
+                                  they go (lock waits, deadlock detection), committed by 1PC \
+                                  over the pessimistic locks; deadlocks retried"
+                .into(),
         }
     }
 
@@ -130,15 +139,18 @@ impl Kind {
             (Kind::Fjall, ReadMode::Txn) => {
                 "write_tx(), get, commit (a read-only optimistic transaction; Conflict retried)"
             }
-            (Kind::OnePc | Kind::TwoPc | Kind::Async, ReadMode::Latest) => {
+            (Kind::OnePc | Kind::TwoPc | Kind::Async | Kind::Pessimistic, ReadMode::Latest) => {
                 "Client::get_latest (the point read without a timestamp: no oracle call)"
             }
-            (Kind::OnePc | Kind::TwoPc | Kind::Async, ReadMode::Snapshot) => {
+            (Kind::OnePc | Kind::TwoPc | Kind::Async | Kind::Pessimistic, ReadMode::Snapshot) => {
                 "Client::view(|txn| txn.get) (a read-only transaction: start_ts from the \
                  oracle, get at it, nothing committed)"
             }
             (Kind::OnePc | Kind::TwoPc | Kind::Async, ReadMode::Txn) => {
                 "Client::with_retry_info(|txn| txn.get) (begin, get, commit)"
+            }
+            (Kind::Pessimistic, ReadMode::Txn) => {
+                "begin_pessimistic, get at the start_ts (no lock), commit"
             }
         }
     }
@@ -157,7 +169,7 @@ impl Kind {
                  then polls until no flush is queued and no compaction ran for 100 ms \
                  (fjall 3 has no wait for compactions)"
             }
-            Kind::OnePc | Kind::TwoPc | Kind::Async => {
+            Kind::OnePc | Kind::TwoPc | Kind::Async | Kind::Pessimistic => {
                 "RocksEngine::flush (every CF), then wait_for_compact on its raw_db"
             }
         }
@@ -200,7 +212,9 @@ pub fn open(kind: Kind, dir: &Path, setup: Setup) -> Result<Box<dyn System>, Box
         Kind::Raw => Box::new(Raw::open(dir, setup)?),
         Kind::Txndb => Box::new(TxnDb::open(dir, setup)?),
         Kind::Fjall => Box::new(Fjall::open(dir, setup)?),
-        Kind::OnePc | Kind::TwoPc | Kind::Async => Box::new(Percolate::open(kind, dir, setup)?),
+        Kind::OnePc | Kind::TwoPc | Kind::Async | Kind::Pessimistic => {
+            Box::new(Percolate::open(kind, dir, setup)?)
+        }
     })
 }
 
@@ -635,13 +649,15 @@ impl System for Fjall {
 /// percolate through its client.
 struct Percolate {
     client: Client,
+    /// Runs write transactions pessimistically.
+    pessimistic: bool,
     /// Commits by protocol: 1PC, async commit, 2PC.
     protocols: [AtomicU32; 3],
 }
 
 impl Percolate {
     fn open(kind: Kind, dir: &Path, setup: Setup) -> Result<Self, BoxError> {
-        let regions = if kind == Kind::OnePc {
+        let regions = if matches!(kind, Kind::OnePc | Kind::Pessimistic) {
             1
         } else {
             setup.regions.max(1) as u64
@@ -650,7 +666,7 @@ impl Percolate {
             .map(|i| record_key(i * setup.records / regions))
             .collect();
         let client = ClientConfig {
-            one_pc: kind == Kind::OnePc,
+            one_pc: matches!(kind, Kind::OnePc | Kind::Pessimistic),
             async_commit: kind != Kind::TwoPc,
             ..ClientConfig::default()
         };
@@ -673,6 +689,7 @@ impl Percolate {
         };
         Ok(Percolate {
             client: Client::open_with(dir, options)?,
+            pessimistic: kind == Kind::Pessimistic,
             protocols: Default::default(),
         })
     }
@@ -688,6 +705,56 @@ impl Percolate {
             }
             Err(e) if e.is_retryable() => Ok(None),
             Err(e) => Err(e.into()),
+        })
+    }
+
+    /// One operation in a pessimistic transaction, retried (with the
+    /// runner's backoff) on a retryable error such as a deadlock.
+    fn execute_pessimistic(&self, op: &Op, value_len: usize) -> Result<u32, OpError> {
+        let work = |txn: &mut PessimisticTransaction| -> percolate::Result<()> {
+            match op {
+                Op::Read { key, mode: _ } => {
+                    std::hint::black_box(txn.get(&record_key(*key))?);
+                }
+                Op::Update(k) | Op::Insert(k) => {
+                    txn.put(record_key(*k), value(INITIAL_COUNTER, value_len))?
+                }
+                Op::UpdateMany(keys) => {
+                    for k in keys {
+                        txn.put(record_key(*k), value(INITIAL_COUNTER, value_len))?;
+                    }
+                }
+                Op::Scan { start, len } => {
+                    std::hint::black_box(txn.scan(&record_key(*start), None, *len)?);
+                }
+                Op::ReadModifyWrite(k) => {
+                    let key = record_key(*k);
+                    let c = counter(txn.get_for_update(&key)?.as_deref());
+                    txn.put(key, value(c.wrapping_add(1), value_len))?;
+                }
+                Op::Transfer(keys) => {
+                    // As TransactionDB's: get_for_update in the order drawn.
+                    let mut counters = Vec::with_capacity(keys.len());
+                    for k in keys {
+                        counters.push(counter(txn.get_for_update(&record_key(*k))?.as_deref()));
+                    }
+                    for (k, c) in keys.iter().zip(transfer(&counters)) {
+                        txn.put(record_key(*k), value(c, value_len))?;
+                    }
+                }
+            }
+            Ok(())
+        };
+        retry(|| {
+            let mut txn = self.client.begin_pessimistic()?;
+            match work(&mut txn).and_then(|()| txn.commit()) {
+                Ok(info) => {
+                    self.count(info.protocol);
+                    Ok(Some(()))
+                }
+                Err(e) if e.is_retryable() => Ok(None),
+                Err(e) => Err(e.into()),
+            }
         })
     }
 
@@ -737,6 +804,9 @@ impl System for Percolate {
                 return self.read(|| self.client.view(|txn| txn.get(&key)));
             }
             _ => {}
+        }
+        if self.pessimistic {
+            return self.execute_pessimistic(op, value_len);
         }
         let mut attempts = 0u32;
         let outcome = self.client.with_retry_info(|txn| {

@@ -216,28 +216,39 @@ impl<E: Engine> PessimisticTransaction<E> {
                 key: None,
             });
         }
+        let mut values = std::collections::HashMap::new();
+        let mut rest = &needed[..];
         if self.primary.is_none() {
             // The first key locked is the primary: lock it on its own
             // first, so every later lock names a primary that exists.
             let primary = needed[0].clone();
             self.primary = Some(primary.clone());
-            if let Err(e) = self.lock_region(&client, &[primary.clone()], false, false) {
-                self.primary = None;
-                return Err(e);
-            }
+            let value = match self.lock_region(
+                &client,
+                std::slice::from_ref(&primary),
+                want_values,
+                should_not_exist,
+            ) {
+                Ok(mut value) => value.pop().flatten(),
+                Err(e) => {
+                    self.primary = None;
+                    return Err(e);
+                }
+            };
             self.locked.insert(primary.clone());
+            values.insert(primary.clone(), value);
             client.heartbeats.keep_alive(self.start_ts(), primary);
+            rest = &needed[1..];
         }
         // Group by region, in key order; one request per region.
         let mut by_region: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
-        for k in &needed {
+        for k in rest {
             let region = client.cluster.region_index(k);
             match by_region.iter_mut().find(|(r, _)| *r == region) {
                 Some((_, ks)) => ks.push((*k).clone()),
                 None => by_region.push((region, vec![(*k).clone()])),
             }
         }
-        let mut values = std::collections::HashMap::new();
         for (_, ks) in by_region {
             let got = self.lock_region(&client, &ks, want_values, should_not_exist)?;
             for (k, v) in ks.into_iter().zip(got) {
