@@ -66,7 +66,7 @@ fn run(exe: &Path, dir: &Path, state: &mut State, rng: &mut StdRng, kill: Kill) 
     let outcome = crash::run_round(exe, dir, state, THREADS, rng.random(), kill)
         .unwrap_or_else(|e| panic!("round {}: {e}", state.next_round));
     eprintln!(
-        "round {}: {kill:?}, ran {} ms{}, committed {} (1PC {}, async {}, 2PC {}), gave up {}, visible {}",
+        "round {}: {kill:?}, ran {} ms{}, committed {} (1PC {}, async {}, 2PC {}; pessimistic {}), gave up {}, visible {}",
         outcome.round,
         outcome.ran.as_millis(),
         if outcome.ready {
@@ -78,6 +78,7 @@ fn run(exe: &Path, dir: &Path, state: &mut State, rng: &mut StdRng, kill: Kill) 
         outcome.protocols[0],
         outcome.protocols[1],
         outcome.protocols[2],
+        outcome.pessimistic,
         outcome.failed,
         outcome.visible,
     );
@@ -123,6 +124,10 @@ fn kill_9_at_random_moments_loses_no_commit_and_shows_no_partial_transaction() {
     );
     assert!(last.committed + last.failed == 40, "{last:?}");
     assert!(last.committed > 0);
+    assert!(
+        last.pessimistic > 0,
+        "pessimistic transactions are a third of the mix: {last:?}"
+    );
     committed += last.committed;
     eprintln!(
         "{kills} kills, {committed} transactions committed, in {:?}",

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use percolate::engine::Cf;
-use percolate::mvcc::{Key, TimeStamp, WriteType};
+use percolate::mvcc::{Key, LockType, TimeStamp, WriteType};
 use percolate::{Client, Transaction};
 
 use super::{
@@ -70,6 +70,8 @@ pub struct RoundOutcome {
     pub committed: u64,
     /// ... by protocol: 1PC, async commit, 2PC.
     pub protocols: [u64; 3],
+    /// ... of which pessimistic transactions.
+    pub pessimistic: u64,
     /// Transactions that gave up.
     pub failed: u64,
     /// The first few of their FAILED lines.
@@ -86,6 +88,12 @@ pub struct RoundOutcome {
 fn open_checker(dir: &Path) -> Result<Client, Failure> {
     let options = percolate::OpenOptions {
         split_keys: split_keys(),
+        client: percolate::ClientConfig {
+            // A dead writer's pessimistic lock is resolved as soon as the
+            // lock request meets it (its TTL has run out by now).
+            lock_wait_timeout: Duration::from_millis(10),
+            ..percolate::ClientConfig::default()
+        },
         ..percolate::OpenOptions::default()
     };
     Ok(Client::open_with(dir, options)?)
@@ -120,6 +128,7 @@ pub fn check(
     check_markers(&client, report, &found, &mut outcome.anomalies)?;
     check_counters(&txn, &found, state, &mut outcome.anomalies)?;
     check_bank(&txn, state, &mut outcome.anomalies)?;
+    take_over_pessimistic_locks(&client)?;
     check_no_locks(&client, &mut outcome.anomalies)?;
     state.checker_ts = client.oracle().get_ts()?.into_inner();
     outcome.compaction_wait = settle_compactions(&client)?;
@@ -298,7 +307,32 @@ fn check_bank(
     Ok(())
 }
 
-/// Every key the writer wrote has been read: no lock may be left.
+/// The killed writer's pessimistic locks block no read, so the reads above
+/// leave them, as they leave the data; the next writer of such a key
+/// resolves the lock. Do as that writer: lock each key pessimistically,
+/// which resolves the dead transaction's lock (rolled back if it never
+/// committed, committed if its primary says so), then let go.
+fn take_over_pessimistic_locks(client: &Client) -> Result<(), Failure> {
+    for region in client.cluster().regions() {
+        let locks = region.storage().scan_lock(
+            Some(Key::from_raw(region.start_key())),
+            region.end_key().map(Key::from_raw),
+            TimeStamp::max(),
+            0,
+        )?;
+        for lock in locks {
+            if lock.lock_type == LockType::Pessimistic {
+                let mut txn = client.begin_pessimistic()?;
+                txn.lock_keys([lock.key])?;
+                txn.rollback()?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every key the writer wrote has been read, and its pessimistic locks
+/// taken over: no lock may be left.
 fn check_no_locks(client: &Client, anomalies: &mut Vec<String>) -> Result<(), Failure> {
     for region in client.cluster().regions() {
         let locks = region.storage().scan_lock(

@@ -24,8 +24,8 @@
 //! * `TS <ts>`: every timestamp the oracle handed out, printed before
 //!   `get_ts` returns it;
 //! * `READY`: opened, bank created;
-//! * `COMMITTED <R/S> <commit_ts> <protocol>`: printed after `commit`
-//!   returned;
+//! * `COMMITTED <R/S> <commit_ts> <protocol> [pessimistic]`: printed
+//!   after `commit` returned (`pessimistic`: a pessimistic transaction);
 //! * `FAILED <R/S> <error>`: a transaction that gave up (retries
 //!   exhausted); its fate is not claimed either way.
 //!
@@ -202,6 +202,8 @@ pub struct WriterReport {
     pub committed: BTreeMap<TxnId, u64>,
     /// Committed transactions by protocol (1PC, async commit, 2PC).
     pub protocols: [u64; 3],
+    /// Committed pessimistic transactions (counted in `protocols` too).
+    pub pessimistic: u64,
     /// Transactions that gave up.
     pub failed: u64,
     /// The first few FAILED lines.
@@ -243,8 +245,13 @@ impl WriterReport {
     }
 
     fn read_committed(&mut self, words: Vec<&str>) -> Option<()> {
-        let [id, ts, protocol] = words[..] else {
-            return None;
+        let (id, ts, protocol) = match words[..] {
+            [id, ts, protocol] => (id, ts, protocol),
+            [id, ts, protocol, "pessimistic"] => {
+                self.pessimistic += 1;
+                (id, ts, protocol)
+            }
+            _ => return None,
         };
         let ts: u64 = ts.parse().ok()?;
         self.committed.insert(id.parse().ok()?, ts);
@@ -386,6 +393,7 @@ pub fn run_round(
         ready: report.ready,
         committed: report.committed.len() as u64,
         protocols: report.protocols,
+        pessimistic: report.pessimistic,
         failed: report.failed,
         failures: report.failures.clone(),
         ..RoundOutcome::default()
@@ -435,6 +443,8 @@ pub struct SoakTotals {
     pub committed: u64,
     /// ... by protocol: 1PC, async commit, 2PC.
     pub protocols: [u64; 3],
+    /// ... of which pessimistic transactions.
+    pub pessimistic: u64,
     /// Transactions visible after the reopens.
     pub visible: u64,
     /// Transactions that gave up.
@@ -508,6 +518,7 @@ impl SoakTotals {
         for (t, n) in self.protocols.iter_mut().zip(outcome.protocols) {
             *t += n;
         }
+        self.pessimistic += outcome.pessimistic;
         self.anomalies += outcome.anomalies.len() as u64;
     }
 }
@@ -572,13 +583,15 @@ fn print_totals(out: &mut impl Write, t: &SoakTotals, elapsed: Duration) -> Resu
     }
     writeln!(
         out,
-        "soak done in {elapsed:.0?}: {} transactions committed ({} 1PC, {} async commit, {} 2PC), \
+        "soak done in {elapsed:.0?}: {} transactions committed ({} 1PC, {} async commit, {} 2PC; \
+         {} pessimistic), \
          {} visible after recovery, {} gave up; {} crashes survived (kill -9), {} of them before READY; \
          {} anomalies",
         t.committed,
         t.protocols[0],
         t.protocols[1],
         t.protocols[2],
+        t.pessimistic,
         t.visible,
         t.failed,
         t.crashes,

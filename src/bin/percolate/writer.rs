@@ -14,7 +14,7 @@ use percolate::txn::cluster::Cluster;
 use percolate::txn::concurrency_manager::MaxTsLimit;
 use percolate::txn::oracle::{LocalOracle, SystemClock, TimestampOracle};
 use percolate::txn::storage::StorageConfig;
-use percolate::{Client, Transaction};
+use percolate::{Client, CommitInfo, PessimisticTransaction, Transaction};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -159,6 +159,9 @@ struct Plan {
     counter: usize,
     /// A transfer: from, to (indexes into [`accounts`]), amount.
     transfer: Option<(usize, usize, u64)>,
+    /// Run as a pessimistic transaction (reads for update, writes that
+    /// lock as they go).
+    pessimistic: bool,
 }
 
 impl Plan {
@@ -190,6 +193,7 @@ impl Plan {
             markers,
             counter,
             transfer,
+            pessimistic: rng.random_bool(1.0 / 3.0),
         }
     }
 
@@ -210,6 +214,13 @@ impl Plan {
 fn run_one(client: &Client, id: TxnId, plan: &Plan) {
     let (accounts, counters) = (accounts(), counters());
     let value = format!("{id} {} {}", plan.marker_count(), plan.counter);
+    if plan.pessimistic {
+        return report(
+            id,
+            run_pessimistic(client, id, plan, &value, &accounts, &counters),
+            " pessimistic",
+        );
+    }
     let result = client.with_retry_info(|txn| {
         for (r, prefix) in REGIONS.iter().enumerate() {
             for j in 0..plan.markers[r] {
@@ -228,9 +239,57 @@ fn run_one(client: &Client, id: TxnId, plan: &Plan) {
         }
         Ok(())
     });
+    report(id, result.map(|((), info)| info), "");
+}
+
+/// The plan run as a pessimistic transaction, retried (whole) on retryable
+/// errors such as a deadlock, at most 64 times.
+fn run_pessimistic(
+    client: &Client,
+    id: TxnId,
+    plan: &Plan,
+    value: &str,
+    accounts: &[Vec<u8>],
+    counters: &[Vec<u8>],
+) -> percolate::Result<CommitInfo> {
+    let work = |txn: &mut PessimisticTransaction| -> percolate::Result<()> {
+        for (r, prefix) in REGIONS.iter().enumerate() {
+            for j in 0..plan.markers[r] {
+                txn.put(marker_key(prefix, id, j), value)?;
+            }
+        }
+        let counter = &counters[plan.counter];
+        let n = number(txn.get_for_update(counter)?);
+        txn.put(counter.clone(), (n + 1).to_string())?;
+        if let Some((from, to, amount)) = plan.transfer {
+            let (a, b) = (&accounts[from], &accounts[to]);
+            let balance_a = number(txn.get_for_update(a)?);
+            let balance_b = number(txn.get_for_update(b)?);
+            let amount = amount.min(balance_a);
+            txn.put(a.clone(), (balance_a - amount).to_string())?;
+            txn.put(b.clone(), (balance_b + amount).to_string())?;
+        }
+        Ok(())
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut txn = client.begin_pessimistic()?;
+        match work(&mut txn).and_then(|()| txn.commit()) {
+            Err(e) if e.is_retryable() && attempt < 64 => {
+                std::thread::sleep(std::time::Duration::from_millis(rand::random_range(1..=20)));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Reports transaction `id`'s outcome; `mode` follows the protocol of a
+/// commit (empty, or " pessimistic").
+fn report(id: TxnId, result: percolate::Result<CommitInfo>, mode: &str) {
     match result {
-        Ok(((), info)) => line(format_args!(
-            "COMMITTED {id} {} {:?}",
+        Ok(info) => line(format_args!(
+            "COMMITTED {id} {} {:?}{mode}",
             info.commit_ts.into_inner(),
             info.protocol
         )),
@@ -246,9 +305,12 @@ fn run_one(client: &Client, id: TxnId, plan: &Plan) {
 /// A number stored as decimal text (absent, or not a number: 0; the
 /// checker tells such a value apart).
 fn read_number(txn: &Transaction, key: &[u8]) -> percolate::Result<u64> {
-    let value = txn.get(key)?;
-    Ok(value
+    Ok(number(txn.get(key)?))
+}
+
+fn number(value: Option<Vec<u8>>) -> u64 {
+    value
         .as_deref()
         .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
-        .unwrap_or(0))
+        .unwrap_or(0)
 }
