@@ -17,9 +17,6 @@
 //!   locks reach the engine.
 //!
 //! Skipped scenarios, and why:
-//! * I2's pessimistic part (`for_update_ts`), I4, I11, K2 and K5 as written
-//!   need pessimistic locks (AcquirePessimisticLock), which percolate does
-//!   not implement; K5 is covered by its non-pessimistic analogue below.
 //! * I10 (MaxTimestampNotSynced): this model has no leader changes or
 //!   merges, so `max_ts` is always synced.
 //! * N5 (hash-slot sharing) is a unit test of `latches.rs`.
@@ -40,15 +37,20 @@ use percolate::mvcc::{Error as MvccError, Key, Lock, LockType, MvccTxn, TimeStam
 use percolate::txn::Error;
 use percolate::txn::actions::TxnStatus;
 use percolate::txn::actions::check_txn_status::CheckTxnStatusOptions;
-use percolate::txn::actions::prewrite::{Mutation, PrewriteResult};
+use percolate::txn::actions::prewrite::{
+    Mutation, PessimisticAction, PrewriteResult, TransactionKind,
+};
 use percolate::txn::commands::{
-    BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup, Commit, Gc, Get, Prewrite,
-    ResolveLockLite, SecondaryLocksStatus, TxnHeartBeat, WriteCommand, WriteContext, WriteResult,
+    AcquirePessimisticLock, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup, Commit,
+    Gc, Get, Prewrite, ResolveLockLite, SecondaryLocksStatus, TxnHeartBeat, WriteCommand,
+    WriteContext, WriteResult,
 };
 use percolate::txn::read::{ReadOptions, ScanRequest};
 use percolate::txn::scheduler::{Pending, SchedulerConfig};
 use percolate::txn::storage::{CommandOptions, Storage, StorageConfig};
 use percolate::txn::testing::TxnFixture;
+
+use PessimisticAction::{DoPessimisticCheck, SkipPessimisticCheck};
 
 const MAX: TimeStamp = TimeStamp::max();
 
@@ -385,6 +387,143 @@ fn i2_min_commit_ts_formula<E: Engine>(f: StorageFixture<E>) {
     assert_eq!(f.txn.must_locked(b"e", 12).min_commit_ts, ts(50));
 }
 
+/// A pessimistic lock request of `k` (primary `primary`) by `start_ts` at
+/// `for_update_ts`, with `min_commit_ts`.
+fn apl(k: &[u8], primary: &[u8], start_ts: u64, for_update_ts: u64) -> AcquirePessimisticLock {
+    AcquirePessimisticLock::new(
+        vec![key(k)],
+        primary.to_vec(),
+        ts(start_ts),
+        ts(for_update_ts),
+    )
+}
+
+/// A pessimistic prewrite of `mutations` (each with its action).
+fn pessimistic_prewrite(
+    mutations: Vec<(Mutation, PessimisticAction)>,
+    primary: &[u8],
+    start_ts: u64,
+    for_update_ts: u64,
+) -> Prewrite {
+    let mutations = mutations
+        .into_iter()
+        .map(|(m, action)| m.with_pessimistic_action(action))
+        .collect();
+    let mut prewrite = Prewrite::new(mutations, primary, ts(start_ts));
+    prewrite.props.kind = TransactionKind::Pessimistic {
+        for_update_ts: ts(for_update_ts),
+    };
+    prewrite
+}
+
+/// I2, pessimistic part: an async-commit pessimistic prewrite commits above
+/// its for_update_ts too.
+fn i2_min_commit_ts_above_for_update_ts<E: Engine>(f: StorageFixture<E>) {
+    f.read_at(41);
+    f.storage
+        .acquire_pessimistic_lock(apl(b"k", b"k", 44, 45))
+        .unwrap();
+    let prewrite = pessimistic_prewrite(vec![(put(b"k", b"v"), DoPessimisticCheck)], b"k", 44, 45)
+        .async_commit(vec![], TimeStamp::zero());
+    assert_eq!(f.must_prewrite(prewrite).min_commit_ts, ts(46));
+}
+
+/// I4: a pessimistic lock whose min_commit_ts was pushed to 100 dominates
+/// max_ts, the start_ts and the for_update_ts (#8657).
+fn i4_pushed_pessimistic_lock_dominates<E: Engine>(f: StorageFixture<E>) {
+    f.read_at(42);
+    let mut request = apl(b"k", b"k", 2, 4);
+    request.options.min_commit_ts = ts(100);
+    f.storage.acquire_pessimistic_lock(request).unwrap();
+    let prewrite = pessimistic_prewrite(vec![(put(b"k", b"v"), DoPessimisticCheck)], b"k", 2, 4)
+        .async_commit(vec![], TimeStamp::zero());
+    assert_eq!(f.must_prewrite(prewrite).min_commit_ts, ts(100));
+    assert_eq!(f.txn.must_locked(b"k", 2).min_commit_ts, ts(100));
+}
+
+/// I5, pessimistic variant: the fallback to 2PC leaves plain locks in
+/// place of the pessimistic ones, and a repeat answers the same.
+fn i5_pessimistic_fallback_when_commit_ts_exceeds_max_commit_ts<E: Engine>(f: StorageFixture<E>) {
+    f.read_at(50);
+    f.storage
+        .acquire_pessimistic_lock(apl(b"k1", b"k1", 20, 20))
+        .unwrap();
+    let request = || {
+        pessimistic_prewrite(
+            vec![
+                (put(b"k1", b"v1"), DoPessimisticCheck),
+                (put(b"k2", b"v2"), SkipPessimisticCheck),
+            ],
+            b"k1",
+            20,
+            20,
+        )
+        .min_commit_ts(ts(21))
+        .async_commit(vec![b"k2".to_vec()], ts(40))
+    };
+    for _ in 0..2 {
+        let result = f.must_prewrite(request());
+        assert_eq!(result.min_commit_ts, TimeStamp::zero());
+        for k in [&b"k1"[..], b"k2"] {
+            let lock = f.txn.must_locked(k, 20);
+            assert_eq!(lock.lock_type, LockType::Put);
+            assert!(!lock.use_async_commit, "{lock:?}");
+        }
+    }
+}
+
+/// I11: a rollback before the prewrite pushes the async commit ts past it:
+/// T2 is rolled back on k2 at 10 by a status check that raised max_ts; T1's
+/// async-commit prewrite of k1 and k2 then gets min_commit_ts above 10 on
+/// every lock, so T1 can never commit at 10 over T2's rollback.
+fn i11_rollback_before_prewrite_pushes_the_commit_ts<E: Engine>(f: StorageFixture<E>) {
+    f.storage
+        .acquire_pessimistic_lock(apl(b"k1", b"k1", 1, 3))
+        .unwrap();
+    f.storage
+        .acquire_pessimistic_lock(apl(b"k2", b"k2", 10, 15).lock_ttl(0))
+        .unwrap();
+    let t2 = pessimistic_prewrite(vec![(put(b"k2", b"v2"), DoPessimisticCheck)], b"k2", 10, 15)
+        .lock_ttl(0);
+    f.must_prewrite(t2);
+    let caller = TimeStamp::compose(1, 8);
+    let options = CheckTxnStatusOptions {
+        caller_start_ts: caller,
+        current_ts: caller,
+        rollback_if_not_exist: true,
+        ..Default::default()
+    };
+    let status = f
+        .storage
+        .check_txn_status(key(b"k2"), ts(10), options)
+        .unwrap();
+    assert_eq!(status, TxnStatus::TtlExpire);
+    f.txn.must_get_rollback(b"k2", 10, true);
+    let t1 = pessimistic_prewrite(
+        vec![
+            (put(b"k1", b"v1"), DoPessimisticCheck),
+            (put(b"k2", b"v1"), SkipPessimisticCheck),
+        ],
+        b"k1",
+        1,
+        3,
+    )
+    .async_commit(vec![b"k2".to_vec()], TimeStamp::zero());
+    let result = f.must_prewrite(t1);
+    assert!(result.min_commit_ts > ts(10), "{result:?}");
+    match f
+        .storage
+        .check_secondary_locks(vec![key(b"k1"), key(b"k2")], ts(1))
+        .unwrap()
+    {
+        SecondaryLocksStatus::Locked(locks) => {
+            assert_eq!(locks.len(), 2);
+            assert!(locks.iter().all(|l| l.min_commit_ts > ts(10)), "{locks:?}");
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+}
+
 /// I5: with max_ts at 50, an async-commit prewrite of k1 (the primary) and k2
 /// at s=20, asking for min_commit_ts 21 but capped at max_commit_ts 40, cannot
 /// commit at or below 40 and falls back to 2PC: it succeeds, answers
@@ -556,7 +695,7 @@ fn k3_one_pc_fallback<E: Engine>(f: StorageFixture<E>) {
     f.must_get(b"k", 60, b"v");
 }
 
-/// K5, in its optimistic form (percolate has no pessimistic locks): a 1PC
+/// K5, in its optimistic form: a 1PC
 /// prewrite of k1 and k2 at s=5 commits at 6. Sent again once max_ts has
 /// moved to 100, the same request is answered one_pc_commit_ts 6, the first
 /// commit's, and writes nothing: no lock, still a single record per key.
@@ -573,6 +712,61 @@ fn k5_repeated_one_pc_returns_original_commit_ts<E: Engine>(f: StorageFixture<E>
     f.txn.must_unlocked(b"k1");
     assert_eq!(f.txn.writes(b"k2").len(), 1);
     f.must_have_no_memory_lock(&[b"k1", b"k2"]);
+}
+
+/// K2: a pessimistic 1PC prewrite of k1 (over its pessimistic lock) and k2
+/// (never locked) commits both at max(max_ts, for_update_ts) + 1 = 13 and
+/// removes the pessimistic lock in the same write.
+fn k2_pessimistic_one_pc<E: Engine>(f: StorageFixture<E>) {
+    f.storage
+        .acquire_pessimistic_lock(apl(b"k1", b"k1", 8, 12))
+        .unwrap();
+    let request = pessimistic_prewrite(
+        vec![
+            (put(b"k1", b"v1"), DoPessimisticCheck),
+            (put(b"k2", b"v2"), SkipPessimisticCheck),
+        ],
+        b"k1",
+        8,
+        12,
+    )
+    .one_pc(ts(15));
+    assert_eq!(f.must_prewrite(request).one_pc_commit_ts, ts(13));
+    for (k, v) in [(&b"k1"[..], &b"v1"[..]), (b"k2", b"v2")] {
+        f.txn.must_unlocked(k);
+        f.txn.must_written(k, 8, 13, WriteType::Put);
+        f.must_get(k, 13, v);
+    }
+    f.must_have_no_memory_lock(&[b"k1", b"k2"]);
+}
+
+/// K5: a repeated pessimistic 1PC ({k1 Skip, k2 Do} at s=5) answers the
+/// first commit's commit_ts once max_ts has moved on, and writes nothing.
+fn k5_repeated_pessimistic_one_pc_returns_original_commit_ts<E: Engine>(f: StorageFixture<E>) {
+    f.storage
+        .acquire_pessimistic_lock(apl(b"k2", b"k1", 5, 5))
+        .unwrap();
+    let request = || {
+        pessimistic_prewrite(
+            vec![
+                (put(b"k1", b"v1"), SkipPessimisticCheck),
+                (put(b"k2", b"v2"), DoPessimisticCheck),
+            ],
+            b"k1",
+            5,
+            5,
+        )
+        .one_pc(TimeStamp::zero())
+    };
+    let c = f.must_prewrite(request()).one_pc_commit_ts;
+    assert_eq!(c, ts(6));
+    f.read_at(100);
+    let again = f.txn.assert_unchanged(|| f.must_prewrite(request()));
+    assert_eq!(again.one_pc_commit_ts, c);
+    for k in [&b"k1"[..], b"k2"] {
+        f.txn.must_unlocked(k);
+        assert_eq!(f.txn.writes(k).len(), 1);
+    }
 }
 
 /// K6: a cleanup of s=30 on the empty key k writes a protected rollback
@@ -994,6 +1188,12 @@ on_both_engines!(
     StorageFixture;
     i1_min_commit_ts_from_max_ts_secondaries_on_primary_only,
     i2_min_commit_ts_formula,
+    i2_min_commit_ts_above_for_update_ts,
+    i4_pushed_pessimistic_lock_dominates,
+    i5_pessimistic_fallback_when_commit_ts_exceeds_max_commit_ts,
+    i11_rollback_before_prewrite_pushes_the_commit_ts,
+    k2_pessimistic_one_pc,
+    k5_repeated_pessimistic_one_pc_returns_original_commit_ts,
     i5_fallback_when_commit_ts_exceeds_max_commit_ts,
     i7_memory_lock_blocks_reads,
     i7_prewrite_in_flight_blocks_reads,
