@@ -37,6 +37,19 @@ use crate::{Error, Result};
 /// every key over its pessimistic lock (1PC or async commit where they
 /// apply); [`rollback`](Self::rollback), a failed commit, or dropping the
 /// transaction releases the locks.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let client = percolate_txn::client::Client::open(dir.path())?;
+/// let mut txn = client.begin_pessimistic()?;
+/// // Locked from here on, at its latest committed value.
+/// let old = txn.get_for_update(b"counter")?;
+/// let n: u64 = old.map_or(0, |v| String::from_utf8_lossy(&v).parse().unwrap_or(0));
+/// txn.put(b"counter", (n + 1).to_string())?;
+/// txn.commit()?;
+/// assert_eq!(client.get_latest(b"counter")?, Some(b"1".to_vec()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct PessimisticTransaction<E: Engine = RocksEngine> {
     txn: Transaction<E>,
     /// The primary, once a key is locked.
