@@ -592,6 +592,134 @@ mod tests {
         latest_lock_reads_follow_writes(temp_rocks_engine());
     }
 
+    /// Pessimistic locks (lock-CF values starting with `S`) are kept in
+    /// memory only on RocksDB; every reader sees them as on the memory
+    /// engine: gets of either view, and lock-CF cursors merging them with
+    /// RocksDB's locks, in both directions, within bounds, turning round.
+    fn memory_only_locks_read_as_any_lock<E: Engine>(engine: E) {
+        let mut batch = WriteBatch::new();
+        for (k, v) in [
+            (&b"b"[..], &b"P-b"[..]),
+            (b"d", b"S-d"),
+            (b"f", b"P-f"),
+            (b"g", b"S-g"),
+        ] {
+            batch.put(Cf::Lock, k.to_vec(), v.to_vec());
+        }
+        batch.put(Cf::Lock, b"a".to_vec(), b"S-a".to_vec());
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        let all = |snapshot: &E::Snap| {
+            testing::collect_forward(snapshot, Cf::Lock, IterOptions::new())
+                .into_iter()
+                .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
+                .collect::<Vec<_>>()
+        };
+        let expected: Vec<(String, String)> = [
+            ("a", "S-a"),
+            ("b", "P-b"),
+            ("d", "S-d"),
+            ("f", "P-f"),
+            ("g", "S-g"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        for view in [engine.snapshot(), engine.latest()] {
+            assert_eq!(all(&view), expected);
+            let mut backward = testing::collect_backward(&view, Cf::Lock, IterOptions::new());
+            backward.reverse();
+            assert_eq!(backward.len(), 5);
+            assert_eq!(
+                view.get(Cf::Lock, b"d").unwrap().as_deref(),
+                Some(&b"S-d"[..])
+            );
+            // Bounds, seeks and turning round.
+            let bounded = IterOptions::new()
+                .lower_bound(b"b".to_vec())
+                .upper_bound(b"g".to_vec());
+            let keys: Vec<Vec<u8>> = testing::collect_forward(&view, Cf::Lock, bounded)
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            assert_eq!(keys, vec![b"b".to_vec(), b"d".to_vec(), b"f".to_vec()]);
+            let mut it = view.iter(Cf::Lock, IterOptions::new()).unwrap();
+            assert!(it.seek(b"c").unwrap());
+            assert_eq!(it.key(), b"d");
+            assert!(it.next().unwrap());
+            assert_eq!(it.key(), b"f");
+            assert!(it.prev().unwrap());
+            assert_eq!(it.key(), b"d");
+            assert!(it.prev().unwrap());
+            assert_eq!((it.key(), it.value()), (&b"b"[..], &b"P-b"[..]));
+            assert!(it.seek_for_prev(b"e").unwrap());
+            assert_eq!(it.key(), b"d");
+            assert!(it.next().unwrap());
+            assert_eq!(it.key(), b"f");
+            assert!(it.seek_to_last().unwrap());
+            assert_eq!(it.key(), b"g");
+            assert!(!it.next().unwrap());
+        }
+        // Replaced by a lock RocksDB keeps, deleted, or deleted by range.
+        let mut batch = WriteBatch::new();
+        batch.put(Cf::Lock, b"d".to_vec(), b"P-d".to_vec());
+        batch.delete(Cf::Lock, b"g".to_vec());
+        batch.delete_range(Cf::Lock, b"a".to_vec(), b"b".to_vec());
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        let keys: Vec<String> = all(&engine.snapshot())
+            .into_iter()
+            .map(|(k, v)| k + &v)
+            .collect();
+        assert_eq!(keys, vec!["bP-b", "dP-d", "fP-f"]);
+        assert_eq!(engine.latest().get(Cf::Lock, b"g").unwrap(), None);
+    }
+
+    #[test]
+    fn memory_only_locks_read_as_any_lock_on_memory() {
+        memory_only_locks_read_as_any_lock(MemoryEngine::new());
+    }
+
+    #[test]
+    fn memory_only_locks_read_as_any_lock_on_rocks() {
+        memory_only_locks_read_as_any_lock(temp_rocks_engine());
+    }
+
+    /// On RocksDB, pessimistic locks never reach the database: a batch of
+    /// them alone writes nothing, and a reopened database holds none, while
+    /// a lock it held before is replaced cleanly.
+    #[test]
+    fn rocks_keeps_pessimistic_locks_in_memory_only() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let engine = RocksEngine::open(dir.path()).unwrap();
+            let mut batch = WriteBatch::new();
+            batch.put(Cf::Lock, b"p".to_vec(), b"P-p".to_vec());
+            batch.put(Cf::Lock, b"q".to_vec(), b"P-q".to_vec());
+            engine.write(&batch, WriteOptions::default()).unwrap();
+            let mut batch = WriteBatch::new();
+            batch.put(Cf::Lock, b"s".to_vec(), b"S-s".to_vec());
+            // A lock RocksDB holds, replaced by a memory-only one.
+            batch.put(Cf::Lock, b"q".to_vec(), b"S-q".to_vec());
+            engine.write(&batch, WriteOptions::default()).unwrap();
+            assert_eq!(
+                engine.latest().get(Cf::Lock, b"s").unwrap().as_deref(),
+                Some(&b"S-s"[..])
+            );
+            let db = engine.raw_db();
+            let lock_cf = db.cf_handle(Cf::Lock.name()).unwrap();
+            assert!(db.get_cf(&lock_cf, b"zs").unwrap().is_none());
+            assert!(db.get_cf(&lock_cf, b"zq").unwrap().is_none());
+            assert!(db.get_cf(&lock_cf, b"zp").unwrap().is_some());
+        }
+        let engine = RocksEngine::open(dir.path()).unwrap();
+        let keys: Vec<Vec<u8>> =
+            testing::collect_forward(&engine.snapshot(), Cf::Lock, IterOptions::new())
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+        assert_eq!(keys, vec![b"p".to_vec()]);
+        assert_eq!(engine.latest().get(Cf::Lock, b"s").unwrap(), None);
+    }
+
     #[test]
     fn memory_engine_ceilings_follow_its_writes() {
         let engine = MemoryEngine::new();

@@ -21,8 +21,9 @@
 //! Only reads of the latest data use it ([`Engine::latest`](crate::Engine::latest)
 //! gets); a snapshot reads its own locks from RocksDB.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::RwLock;
@@ -58,11 +59,25 @@ impl Hasher for Fnv {
 
 type Shard = HashMap<Vec<u8>, Vec<u8>, BuildHasherDefault<Fnv>>;
 
+/// Whether a lock-CF record is kept in memory only: a pessimistic lock
+/// (lock type `S`, the first byte of TiKV's lock encoding). See
+/// [`RocksEngine`](crate::RocksEngine)'s docs.
+pub(crate) fn is_memory_only(cf: Cf, value: &[u8]) -> bool {
+    cf == Cf::Lock && value.first() == Some(&b'S')
+}
+
 /// The live locks: key (without the data prefix) to lock bytes.
 pub(crate) struct LockMirror {
     shards: Box<[RwLock<Shard>]>,
     /// Locks held, so that a lookup while there are none takes no lock.
     len: AtomicUsize,
+    /// The locks written since the database opened that RocksDB does not
+    /// hold (pessimistic locks), in key order for cursors; also in
+    /// `shards`.
+    memory_only: RwLock<BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// Entries of `memory_only`, so that a cursor opened while there are
+    /// none takes no lock.
+    memory_only_len: AtomicUsize,
 }
 
 impl LockMirror {
@@ -71,6 +86,8 @@ impl LockMirror {
         let mirror = LockMirror {
             shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
             len: AtomicUsize::new(0),
+            memory_only: RwLock::default(),
+            memory_only_len: AtomicUsize::new(0),
         };
         for (key, value) in locks {
             mirror.put(key, value);
@@ -91,6 +108,46 @@ impl LockMirror {
         self.shards[shard(key)].read().get(key).cloned()
     }
 
+    /// Whether `key`'s lock is one RocksDB does not hold.
+    pub(crate) fn holds_memory_only(&self, key: &[u8]) -> bool {
+        self.memory_only_len.load(Ordering::SeqCst) > 0 && self.memory_only.read().contains_key(key)
+    }
+
+    /// `key`'s lock if RocksDB does not hold it.
+    pub(crate) fn memory_only_get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        if self.memory_only_len.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        self.memory_only.read().get(key).cloned()
+    }
+
+    /// The locks RocksDB does not hold with keys in `[lower, upper)`
+    /// (unbounded where `None`), in key order; `None` when there are none
+    /// at all.
+    pub(crate) fn memory_only_range(
+        &self,
+        lower: Option<&[u8]>,
+        upper: Option<&[u8]>,
+    ) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+        if self.memory_only_len.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        if let (Some(lower), Some(upper)) = (lower, upper) {
+            if lower >= upper {
+                return Some(Vec::new());
+            }
+        }
+        let start = lower.map_or(Bound::Unbounded, Bound::Included);
+        let end = upper.map_or(Bound::Unbounded, Bound::Excluded);
+        Some(
+            self.memory_only
+                .read()
+                .range::<[u8], _>((start, end))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )
+    }
+
     /// Applies the lock-CF modifications of `batch`, in order. Called
     /// after the batch is applied to the engine.
     pub(crate) fn apply(&self, batch: &WriteBatch) {
@@ -100,8 +157,18 @@ impl LockMirror {
                     cf: Cf::Lock,
                     key,
                     value,
-                } => self.put(key.clone(), value.clone()),
-                Modify::Delete { cf: Cf::Lock, key } => self.remove(key),
+                } => {
+                    if is_memory_only(Cf::Lock, value) {
+                        self.put_memory_only(key.clone(), value.clone());
+                    } else {
+                        self.remove_memory_only(key);
+                    }
+                    self.put(key.clone(), value.clone());
+                }
+                Modify::Delete { cf: Cf::Lock, key } => {
+                    self.remove_memory_only(key);
+                    self.remove(key);
+                }
                 Modify::DeleteRange {
                     cf: Cf::Lock,
                     start,
@@ -113,9 +180,31 @@ impl LockMirror {
                         shard.retain(|key, _| key < start || key >= end);
                         self.len.fetch_sub(before - shard.len(), Ordering::SeqCst);
                     }
+                    let mut memory_only = self.memory_only.write();
+                    memory_only.retain(|key, _| key < start || key >= end);
+                    self.memory_only_len
+                        .store(memory_only.len(), Ordering::SeqCst);
                 }
                 _ => {}
             }
+        }
+    }
+
+    fn put_memory_only(&self, key: Vec<u8>, value: Vec<u8>) {
+        let mut memory_only = self.memory_only.write();
+        memory_only.insert(key, value);
+        self.memory_only_len
+            .store(memory_only.len(), Ordering::SeqCst);
+    }
+
+    fn remove_memory_only(&self, key: &[u8]) {
+        if self.memory_only_len.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut memory_only = self.memory_only.write();
+        if memory_only.remove(key).is_some() {
+            self.memory_only_len
+                .store(memory_only.len(), Ordering::SeqCst);
         }
     }
 

@@ -43,7 +43,7 @@ use rocksdb::{
 };
 
 use crate::epochs::WriteEpochs;
-use crate::lock_mirror::LockMirror;
+use crate::lock_mirror::{LockMirror, is_memory_only};
 use crate::{
     Cf, Durability, Engine, EngineIterator, Error, IterOptions, Modify, Result, SeekMode, Snapshot,
     TS_SUFFIX_LEN, WriteBatch, WriteOptions,
@@ -457,8 +457,18 @@ impl RocksEngine {
         let mut wb = rocksdb::WriteBatch::with_capacity_bytes(rocks_batch_size(batch));
         // RocksDB copies keys into the batch: one scratch buffer serves all.
         let mut stored = Vec::new();
+        let locks = &self.inner.locks;
         for modify in batch.modifies() {
             match modify {
+                Modify::Put { cf, key, value } if is_memory_only(*cf, value) => {
+                    // Kept by the lock mirror only. A lock RocksDB holds
+                    // for the key (one from before this process) goes, so
+                    // that no key is in both.
+                    if locks.get(key).is_some() && !locks.holds_memory_only(key) {
+                        set_data_key(&mut stored, key);
+                        wb.delete_cf(handles[cf.index()], &stored);
+                    }
+                }
                 Modify::Put { cf, key, value } => {
                     // A key with no ts suffix is no commit (its bucket's
                     // in-memory ceiling is already the largest ts).
@@ -468,6 +478,8 @@ impl RocksEngine {
                     set_data_key(&mut stored, key);
                     wb.put_cf(handles[cf.index()], &stored, value)
                 }
+                // Nothing to delete from RocksDB.
+                Modify::Delete { cf: Cf::Lock, key } if locks.holds_memory_only(key) => {}
                 Modify::Delete { cf, key } => {
                     set_data_key(&mut stored, key);
                     wb.delete_cf(handles[cf.index()], &stored)
@@ -499,7 +511,10 @@ impl RocksEngine {
                 return Ok(());
             }
         }
-        db.write_opt(wb, &opts)?;
+        // A batch of memory-only locks alone writes nothing.
+        if !wb.is_empty() {
+            db.write_opt(wb, &opts)?;
+        }
         Ok(())
     }
 }
@@ -619,7 +634,12 @@ impl Snapshot for RocksSnapshot {
             View::Latest(inner, _) => &inner.latest_read,
         };
         let value = db.get_pinned_cf_opt(handle, data_key(key), read)?;
-        Ok(value.map(|v| v.to_vec()))
+        Ok(match value {
+            Some(value) => Some(value.to_vec()),
+            // A snapshot sees memory-only locks as they are now.
+            None if cf == Cf::Lock => self.inner().locks.memory_only_get(key),
+            None => None,
+        })
     }
 
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
@@ -657,11 +677,30 @@ impl Snapshot for RocksSnapshot {
                 None,
             ),
         };
+        // Lock-CF cursors see memory-only locks as they are when opened.
+        let overlay = if cf == Cf::Lock {
+            self.inner()
+                .locks
+                .memory_only_range(
+                    options.lower_bound.as_deref(),
+                    options.upper_bound.as_deref(),
+                )
+                .map(|entries| Overlay {
+                    entries,
+                    at: None,
+                    forward: true,
+                    valid: false,
+                    on_overlay: false,
+                })
+        } else {
+            None
+        };
         Ok(RocksIterator {
             cell: Some(cell),
             pool,
             target: Vec::new(),
             valid: false,
+            overlay,
         })
     }
 }
@@ -773,6 +812,8 @@ pub struct RocksIterator {
     /// Whether the cursor rests on a key, as of its last move. Cached: the
     /// MVCC readers ask far more often than they move.
     valid: bool,
+    /// A lock-CF cursor's memory-only locks, merged with RocksDB's.
+    overlay: Option<Overlay>,
 }
 
 impl Drop for RocksIterator {
@@ -822,8 +863,9 @@ impl RocksIterator {
     }
 }
 
-impl EngineIterator for RocksIterator {
-    fn seek(&mut self, key: &[u8]) -> Result<bool> {
+/// The RocksDB cursor's own moves, without the overlay.
+impl RocksIterator {
+    fn raw_seek(&mut self, key: &[u8]) -> Result<bool> {
         self.set_target(key);
         let (cell, target) = (self.cell.as_mut(), &self.target);
         cell.expect("an iterator holds its cell until dropped")
@@ -831,7 +873,7 @@ impl EngineIterator for RocksIterator {
         self.status()
     }
 
-    fn seek_for_prev(&mut self, key: &[u8]) -> Result<bool> {
+    fn raw_seek_for_prev(&mut self, key: &[u8]) -> Result<bool> {
         self.set_target(key);
         let (cell, target) = (self.cell.as_mut(), &self.target);
         cell.expect("an iterator holds its cell until dropped")
@@ -839,19 +881,19 @@ impl EngineIterator for RocksIterator {
         self.status()
     }
 
-    fn seek_to_first(&mut self) -> Result<bool> {
+    fn raw_seek_to_first(&mut self) -> Result<bool> {
         self.cell_mut()
             .with_dependent_mut(|_, it| it.seek_to_first());
         self.status()
     }
 
-    fn seek_to_last(&mut self) -> Result<bool> {
+    fn raw_seek_to_last(&mut self) -> Result<bool> {
         self.cell_mut()
             .with_dependent_mut(|_, it| it.seek_to_last());
         self.status()
     }
 
-    fn next(&mut self) -> Result<bool> {
+    fn raw_next(&mut self) -> Result<bool> {
         if !self.valid {
             return Ok(false);
         }
@@ -859,7 +901,7 @@ impl EngineIterator for RocksIterator {
         self.status()
     }
 
-    fn prev(&mut self) -> Result<bool> {
+    fn raw_prev(&mut self) -> Result<bool> {
         if !self.valid {
             return Ok(false);
         }
@@ -867,11 +909,11 @@ impl EngineIterator for RocksIterator {
         self.status()
     }
 
-    fn valid(&self) -> Result<bool> {
+    fn raw_valid(&self) -> Result<bool> {
         Ok(self.valid)
     }
 
-    fn key(&self) -> &[u8] {
+    fn raw_key(&self) -> &[u8] {
         if !self.valid {
             return &[];
         }
@@ -883,10 +925,202 @@ impl EngineIterator for RocksIterator {
             .unwrap_or(&[])
     }
 
-    fn value(&self) -> &[u8] {
+    fn raw_value(&self) -> &[u8] {
         if !self.valid {
             return &[];
         }
         self.cell().borrow_dependent().value().unwrap_or(&[])
+    }
+}
+
+/// The cursor's moves: RocksDB's, merged with the overlay of memory-only
+/// locks where there is one.
+impl EngineIterator for RocksIterator {
+    fn seek(&mut self, key: &[u8]) -> Result<bool> {
+        self.raw_seek(key)?;
+        Ok(match &mut self.overlay {
+            None => self.valid,
+            Some(o) => {
+                o.at = o.first_at_or_after(key);
+                o.forward = true;
+                self.settle()
+            }
+        })
+    }
+
+    fn seek_for_prev(&mut self, key: &[u8]) -> Result<bool> {
+        self.raw_seek_for_prev(key)?;
+        Ok(match &mut self.overlay {
+            None => self.valid,
+            Some(o) => {
+                o.at = o.last_at_or_before(key);
+                o.forward = false;
+                self.settle()
+            }
+        })
+    }
+
+    fn seek_to_first(&mut self) -> Result<bool> {
+        self.raw_seek_to_first()?;
+        Ok(match &mut self.overlay {
+            None => self.valid,
+            Some(o) => {
+                o.at = (!o.entries.is_empty()).then_some(0);
+                o.forward = true;
+                self.settle()
+            }
+        })
+    }
+
+    fn seek_to_last(&mut self) -> Result<bool> {
+        self.raw_seek_to_last()?;
+        Ok(match &mut self.overlay {
+            None => self.valid,
+            Some(o) => {
+                o.at = o.entries.len().checked_sub(1);
+                o.forward = false;
+                self.settle()
+            }
+        })
+    }
+
+    fn next(&mut self) -> Result<bool> {
+        let Some(o) = &self.overlay else {
+            return self.raw_next();
+        };
+        if !o.valid {
+            return Ok(false);
+        }
+        if !o.forward {
+            // Turn around: both sources to the first key after this one.
+            let current = self.key().to_vec();
+            self.raw_seek(&current)?;
+            if self.valid && self.raw_key() == current.as_slice() {
+                self.raw_next()?;
+            }
+            let o = self.overlay.as_mut().expect("checked above");
+            o.at = o.first_after(&current);
+            o.forward = true;
+        } else if o.on_overlay {
+            let o = self.overlay.as_mut().expect("checked above");
+            o.at = o.at.map(|i| i + 1).filter(|&i| i < o.entries.len());
+        } else {
+            self.raw_next()?;
+        }
+        Ok(self.settle())
+    }
+
+    fn prev(&mut self) -> Result<bool> {
+        let Some(o) = &self.overlay else {
+            return self.raw_prev();
+        };
+        if !o.valid {
+            return Ok(false);
+        }
+        if o.forward {
+            // Turn around: both sources to the last key before this one.
+            let current = self.key().to_vec();
+            self.raw_seek_for_prev(&current)?;
+            if self.valid && self.raw_key() == current.as_slice() {
+                self.raw_prev()?;
+            }
+            let o = self.overlay.as_mut().expect("checked above");
+            o.at = o.last_before(&current);
+            o.forward = false;
+        } else if o.on_overlay {
+            let o = self.overlay.as_mut().expect("checked above");
+            o.at = o.at.and_then(|i| i.checked_sub(1));
+        } else {
+            self.raw_prev()?;
+        }
+        Ok(self.settle())
+    }
+
+    fn valid(&self) -> Result<bool> {
+        match &self.overlay {
+            None => self.raw_valid(),
+            Some(o) => Ok(o.valid),
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        match &self.overlay {
+            Some(o) if o.valid && o.on_overlay => &o.entries[o.at.expect("on the overlay")].0,
+            Some(o) if !o.valid => &[],
+            _ => self.raw_key(),
+        }
+    }
+
+    fn value(&self) -> &[u8] {
+        match &self.overlay {
+            Some(o) if o.valid && o.on_overlay => &o.entries[o.at.expect("on the overlay")].1,
+            Some(o) if !o.valid => &[],
+            _ => self.raw_value(),
+        }
+    }
+}
+
+/// Memory-only locks merged into a lock-CF cursor: the ones within its
+/// bounds when it was opened, in key order. Their keys are never in
+/// RocksDB too (see [`RocksEngine`]'s writes).
+struct Overlay {
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The overlay's candidate in the direction of travel: the next entry
+    /// going forward, the previous going backward.
+    at: Option<usize>,
+    forward: bool,
+    /// Whether the merged cursor rests on a key, and on which source.
+    valid: bool,
+    on_overlay: bool,
+}
+
+impl Overlay {
+    fn first_at_or_after(&self, key: &[u8]) -> Option<usize> {
+        let i = self.entries.partition_point(|(k, _)| k.as_slice() < key);
+        (i < self.entries.len()).then_some(i)
+    }
+
+    fn first_after(&self, key: &[u8]) -> Option<usize> {
+        let i = self.entries.partition_point(|(k, _)| k.as_slice() <= key);
+        (i < self.entries.len()).then_some(i)
+    }
+
+    fn last_at_or_before(&self, key: &[u8]) -> Option<usize> {
+        self.entries
+            .partition_point(|(k, _)| k.as_slice() <= key)
+            .checked_sub(1)
+    }
+
+    fn last_before(&self, key: &[u8]) -> Option<usize> {
+        self.entries
+            .partition_point(|(k, _)| k.as_slice() < key)
+            .checked_sub(1)
+    }
+}
+
+impl RocksIterator {
+    /// After a move of either source: the merged cursor rests on the
+    /// nearer of RocksDB's key and the overlay's candidate in the
+    /// direction of travel.
+    fn settle(&mut self) -> bool {
+        let raw = self.valid.then(|| self.raw_key().to_vec());
+        let Some(o) = self.overlay.as_mut() else {
+            return self.valid;
+        };
+        let candidate = o.at.map(|i| o.entries[i].0.as_slice());
+        o.on_overlay = match (raw.as_deref(), candidate) {
+            (None, None) => false,
+            (None, Some(_)) => true,
+            (Some(_), None) => false,
+            (Some(r), Some(c)) => {
+                if o.forward {
+                    c < r
+                } else {
+                    c > r
+                }
+            }
+        };
+        o.valid = raw.is_some() || candidate.is_some();
+        o.valid
     }
 }
