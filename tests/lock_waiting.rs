@@ -196,9 +196,13 @@ fn deadlock_chain(err: &Error, start: u64, lock: u64) -> Vec<(u64, u64, Vec<u8>)
             ..
         } => {
             assert_eq!((*start_ts, *lock_ts), (ts(start), ts(lock)));
+            // The last edge is the request's own; the key hash is that of
+            // the edge before it, the wait for the requester's lock.
+            let last = wait_chain.last().expect("a chain");
+            assert_eq!((last.txn, last.wait_for_txn), (ts(start), ts(lock)));
             assert_eq!(
                 *deadlock_key_hash,
-                wait_chain.last().expect("a chain").key_hash
+                wait_chain[wait_chain.len() - 2].key_hash
             );
             wait_chain
                 .iter()
@@ -229,7 +233,10 @@ fn a_two_party_deadlock_is_detected<E: Engine>(Bare(engine): Bare<E>) {
             .acquire_pessimistic_lock(lock_request(b"a", 20, 20, LONG))
             .unwrap_err();
         assert!(started.elapsed() < LONG / 2, "the deadlock was waited out");
-        assert_eq!(deadlock_chain(&err, 20, 10), vec![(10, 20, b"b".to_vec())]);
+        assert_eq!(
+            deadlock_chain(&err, 20, 10),
+            vec![(10, 20, b"b".to_vec()), (20, 10, b"a".to_vec())]
+        );
         assert!(err.is_retryable());
         s.pessimistic_rollback(vec![key(b"b")], ts(20), ts(20))
             .unwrap();
@@ -255,7 +262,11 @@ fn a_three_party_deadlock_is_detected<E: Engine>(Bare(engine): Bare<E>) {
             .unwrap_err();
         assert_eq!(
             deadlock_chain(&err, 30, 10),
-            vec![(10, 20, b"b".to_vec()), (20, 30, b"c".to_vec())]
+            vec![
+                (10, 20, b"b".to_vec()),
+                (20, 30, b"c".to_vec()),
+                (30, 10, b"a".to_vec())
+            ]
         );
         // 30 gives up: 20 gets c, then rolls back, and 10 gets b.
         s.pessimistic_rollback(vec![key(b"c")], ts(30), ts(30))
@@ -285,7 +296,10 @@ fn a_deadlock_across_regions_is_detected<E: Engine>(Bare(engine): Bare<E>) {
         let err = left
             .acquire_pessimistic_lock(lock_request(b"a", 20, 20, LONG))
             .unwrap_err();
-        assert_eq!(deadlock_chain(&err, 20, 10), vec![(10, 20, b"x".to_vec())]);
+        assert_eq!(
+            deadlock_chain(&err, 20, 10),
+            vec![(10, 20, b"x".to_vec()), (20, 10, b"a".to_vec())]
+        );
         right
             .pessimistic_rollback(vec![key(b"x")], ts(20), ts(20))
             .unwrap();

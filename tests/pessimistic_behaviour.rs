@@ -519,6 +519,30 @@ fn pessimistic_async_commit_and_one_pc<E: Engine>(f: TxnFixture<E>) {
     }
 }
 
+/// A retried pessimistic prewrite whose keys need no pessimistic lock
+/// (SkipPessimisticCheck) checks them when marked as a retry: a transaction
+/// that committed is answered with its commit, not locked again.
+fn retried_skip_pessimistic_check_prewrite_finds_its_commit<E: Engine>(f: TxnFixture<E>) {
+    let props = TransactionProperties {
+        commit_kind: CommitKind::OnePc {
+            max_commit_ts: TimeStamp::zero(),
+        },
+        max_ts: ts(5),
+        ..pessimistic_props(b"k", 5, 5, 3000)
+    };
+    let request = || vec![pessimistic_put(b"k", b"v", SkipPessimisticCheck)];
+    let result = f.must_prewrite_mutations(&props, request(), None);
+    assert_eq!(result.one_pc_commit_ts, ts(6));
+    let retry = TransactionProperties {
+        is_retry_request: true,
+        max_ts: ts(100),
+        ..props
+    };
+    let again = f.assert_unchanged(|| f.must_prewrite_mutations(&retry, request(), None));
+    assert_eq!(again.one_pc_commit_ts, ts(6));
+    assert_eq!(f.writes(b"k").len(), 1);
+}
+
 // --------------------------------------------- other actions, pessimistic
 
 /// PessimisticRollback removes only the transaction's pessimistic locks
@@ -563,8 +587,15 @@ fn check_txn_status_on_a_stale_locked_with_conflict_primary<E: Engine>(f: TxnFix
 /// pushes nothing and reports min_commit_ts pushed, so the reader may read
 /// past the lock.
 fn check_txn_status_from_a_max_ts_caller<E: Engine>(f: TxnFixture<E>) {
-    f.must_prewrite_put(b"k", b"v", b"k", 10);
+    // A lock a reader could push (min_commit_ts set), with a long TTL.
+    let props = TransactionProperties {
+        min_commit_ts: ts(11),
+        lock_ttl: 60_000,
+        ..TxnFixture::<E>::props(b"k", 10)
+    };
+    f.must_prewrite_mutations(&props, vec![Mutation::put(key(b"k"), b"v".to_vec())], None);
     let before = f.must_locked(b"k", 10);
+    assert_eq!(before.min_commit_ts, ts(11));
     let options = CheckTxnStatusOptions {
         caller_start_ts: TimeStamp::max(),
         current_ts: ts(11),
@@ -661,6 +692,7 @@ on_both_engines!(
     pessimistic_prewrite_amends_a_missing_lock,
     pessimistic_prewrite_for_update_ts_and_check_not_exists,
     pessimistic_async_commit_and_one_pc,
+    retried_skip_pessimistic_check_prewrite_finds_its_commit,
     pessimistic_rollback_removes_only_its_own_older_locks,
     check_txn_status_on_a_stale_locked_with_conflict_primary,
     check_txn_status_from_a_max_ts_caller,

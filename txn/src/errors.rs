@@ -119,13 +119,13 @@ pub enum Error {
         /// The locked raw key.
         lock_key: Vec<u8>,
         /// The hash ([`crate::lock_wait::key_hash`]) of the key on which the
-        /// cycle closes: the one the last transaction of the chain waits
-        /// on, whose lock `start_ts` holds.
+        /// cycle closes: the one whose lock `start_ts` holds and the
+        /// transaction before it in the chain waits on.
         deadlock_key_hash: u64,
-        /// The rest of the cycle, as TiKV reports it: the waits from
-        /// `lock_ts` on, one edge per waiting transaction, up to the one
-        /// waiting for `start_ts` (this request's own wait, `start_ts` for
-        /// `lock_ts` on `lock_key`, is not repeated).
+        /// The cycle, as TiKV reports it: the waits from `lock_ts` on, one
+        /// edge per waiting transaction, up to the one waiting for
+        /// `start_ts`, then this request's own (`start_ts` for `lock_ts` on
+        /// `lock_key`).
         wait_chain: Vec<crate::lock_wait::WaitForEntry>,
     },
 

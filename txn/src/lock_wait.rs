@@ -26,6 +26,14 @@
 //! close a cycle fails at once with [`Error::Deadlock`], naming the cycle;
 //! no transaction of a deadlock waits out its timeout. Edges exist only
 //! while their transaction waits.
+//!
+//! **Unlike TiKV**, a woken request runs again rather than failing: TiKV
+//! answers a woken (non-resumable) waiter with a `PessimisticRetry` write
+//! conflict naming the released lock, and its client retries the statement.
+//! Here the request retries itself: if the lock's owner committed above
+//! the request's for_update_ts it meets that conflict anyway, and if it
+//! rolled back the request takes the lock without a round trip. Key hashes
+//! are FNV-1a of the encoded key, not TiKV's farmhash of the raw key.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -278,8 +286,10 @@ impl LockWaits {
             key_hash: hash,
             key: raw.clone(),
         };
-        if let Some(chain) = state.cycle_through(&edge) {
+        if let Some(mut chain) = state.cycle_through(&edge) {
+            // The key on which the last waiter waits for this transaction.
             let deadlock_key_hash = chain.last().map_or(hash, |e| e.key_hash);
+            chain.push(edge);
             return Err(Error::Deadlock {
                 start_ts,
                 lock_ts,
@@ -521,9 +531,15 @@ mod tests {
                         )
                     })
                     .collect();
+                // TiKV's order: the waits from the lock owner on, then
+                // the request's own.
                 assert_eq!(
                     chain,
-                    vec![(10, 20, b"a".to_vec()), (20, 30, b"b".to_vec())]
+                    vec![
+                        (10, 20, b"a".to_vec()),
+                        (20, 30, b"b".to_vec()),
+                        (30, 10, b"c".to_vec())
+                    ]
                 );
                 assert_eq!(deadlock_key_hash, key_hash(&k(b"b")));
             }

@@ -123,6 +123,7 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
         };
         if for_update_ts > lock.for_update_ts {
             let raised = Lock {
+                primary: options.primary.clone(),
                 for_update_ts,
                 ttl: options.lock_ttl,
                 min_commit_ts: options.min_commit_ts,

@@ -215,6 +215,12 @@ pub struct TransactionProperties {
     pub commit_kind: CommitKind,
     /// Defaults to [`TransactionKind::Optimistic`].
     pub kind: TransactionKind,
+    /// The request is a retry of one that may have been applied (TiKV's
+    /// `is_retry_request`): a pessimistic transaction's
+    /// `SkipPessimisticCheck` keys are then checked for newer records too,
+    /// so that a retry of a committed transaction is answered as such
+    /// instead of locking (or committing) its keys again. Defaults to false.
+    pub is_retry_request: bool,
     /// The region's max_ts, read after the keys were put in the in-memory
     /// lock table (async commit and 1PC only).
     pub max_ts: TimeStamp,
@@ -433,13 +439,17 @@ fn amend_pessimistic_lock<S: Snapshot>(
 
 /// Whether the prewrite skips looking for newer records: a pessimistic
 /// transaction's key is checked only when its uniqueness check was
-/// deferred (its pessimistic lock, or the caller, already vouches for it).
+/// deferred, or, for a key the caller vouches for without a pessimistic
+/// lock, when the request is a retry (its pessimistic lock already vouches
+/// for a `DoPessimisticCheck` key).
 fn skips_constraint_check(props: &TransactionProperties, mutation: &Mutation) -> bool {
     match props.kind {
         TransactionKind::Optimistic => false,
-        TransactionKind::Pessimistic { .. } => {
-            mutation.pessimistic_action != PessimisticAction::DoConstraintCheck
-        }
+        TransactionKind::Pessimistic { .. } => match mutation.pessimistic_action {
+            PessimisticAction::DoPessimisticCheck => true,
+            PessimisticAction::SkipPessimisticCheck => !props.is_retry_request,
+            PessimisticAction::DoConstraintCheck => false,
+        },
     }
 }
 

@@ -406,6 +406,18 @@ impl Deadline {
         }
     }
 
+    /// Fails with `conflict` once `timeout` has passed since the first
+    /// check: a request that keeps meeting newer commits gives up as one
+    /// that keeps meeting locks does.
+    pub(crate) fn check_conflict(&self, conflict: Error) -> Result<()> {
+        let started = self.started.get().unwrap_or_else(Instant::now);
+        self.started.set(Some(started));
+        if started.elapsed() > self.timeout {
+            return Err(conflict);
+        }
+        Ok(())
+    }
+
     /// Fails once `timeout` has passed since the first check.
     pub(crate) fn check(&self, key: &[u8], lock: &percolate_mvcc::LockInfo) -> Result<()> {
         let started = self.started.get().unwrap_or_else(Instant::now);

@@ -121,15 +121,16 @@ impl<E: Engine> PessimisticTransaction<E> {
     /// Locks `key` and returns its latest committed value (or this
     /// transaction's own write): `SELECT ... FOR UPDATE`.
     pub fn get_for_update(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if self.txn.buffers(key) && self.locked.contains(key) {
+        // Its own write is the value; a key only locked is read again (at
+        // a fresh for_update_ts: a commit since its lock request is none of
+        // this transaction's, and the lock request reads it).
+        if self.txn.buffers_write(key) && self.locked.contains(key) {
             return self.txn.get(key);
         }
         let values = self.lock(&[key.to_vec()], true)?;
-        if self.txn.buffers(key) {
+        if self.txn.buffers_write(key) {
             return self.txn.get(key);
         }
-        // Committed as a Lock record unless written later.
-        self.txn.lock_keys([key]);
         Ok(values.into_iter().next().flatten())
     }
 
@@ -137,13 +138,7 @@ impl<E: Engine> PessimisticTransaction<E> {
     /// ends. They are committed as Lock records if not written.
     pub fn lock_keys<K: Into<Vec<u8>>>(&mut self, keys: impl IntoIterator<Item = K>) -> Result<()> {
         let keys: Vec<Vec<u8>> = keys.into_iter().map(Into::into).collect();
-        self.lock(&keys, false)?;
-        for key in keys {
-            if !self.txn.buffers(&key) {
-                self.txn.lock_keys([key]);
-            }
-        }
-        Ok(())
+        self.lock(&keys, false).map(drop)
     }
 
     /// Locks `key` and sets it to `value` at commit.
@@ -181,18 +176,22 @@ impl<E: Engine> PessimisticTransaction<E> {
             // Nothing locked, so nothing written.
             return self.txn.commit_buffer(None);
         };
+        // Refused before anything is sent: nothing was prewritten, so the
+        // pessimistic locks are released here.
+        if let Err(e) = self.txn.check_buffer() {
+            self.release_locks();
+            return Err(e);
+        }
         let pessimism = Pessimism {
             primary,
             for_update_ts: self.for_update_ts,
         };
+        // Every locked key is in the buffer, the primary first among them:
+        // the commit prewrites them all, and on a failure before its commit
+        // point unlocks them all (and on a failure after it, leaves them to
+        // be rolled forward).
         let outcome = self.txn.commit_buffer(Some(pessimism));
-        let client = self.txn.client().clone();
-        client.heartbeats.stop(self.start_ts());
-        if outcome.is_err() {
-            // The prewrite leaves no pessimistic lock behind on failure,
-            // but keys locked and never written might.
-            self.release_locks();
-        }
+        self.txn.client().heartbeats.stop(self.start_ts());
         outcome
     }
 
@@ -249,6 +248,9 @@ impl<E: Engine> PessimisticTransaction<E> {
                 }
             };
             self.locked.insert(primary.clone());
+            // Buffered as soon as locked (committed as a Lock record unless
+            // written), so that the commit prewrites it whatever follows.
+            self.txn.lock_keys([primary.clone()]);
             values.insert(primary.clone(), value);
             client.heartbeats.keep_alive(self.start_ts(), primary);
             rest = &needed[1..];
@@ -266,6 +268,7 @@ impl<E: Engine> PessimisticTransaction<E> {
             let got = self.lock_region(&client, &ks, want_values, should_not_exist)?;
             for (k, v) in ks.into_iter().zip(got) {
                 self.locked.insert(k.clone());
+                self.txn.lock_keys([k.clone()]);
                 values.insert(k, v);
             }
         }
@@ -320,10 +323,16 @@ impl<E: Engine> PessimisticTransaction<E> {
                         })
                         .collect());
                 }
-                Err(Error::Mvcc(percolate_mvcc::Error::WriteConflict {
-                    reason: WriteConflictReason::PessimisticRetry,
-                    ..
-                })) => continue,
+                // A commit newer than the for_update_ts: again, above it.
+                Err(
+                    e @ Error::Mvcc(percolate_mvcc::Error::WriteConflict {
+                        reason: WriteConflictReason::PessimisticRetry,
+                        ..
+                    }),
+                ) => {
+                    deadline.check_conflict(e)?;
+                    backoff.sleep();
+                }
                 Err(e) => {
                     let lock = into_lock(e)?;
                     let mut pushed = Vec::new();

@@ -675,7 +675,12 @@ fn a_pessimistic_transaction_dropped_or_rolled_back_releases_its_locks() {
 
 #[test]
 fn pessimistic_transactions_in_a_deadlock_fail_one_at_once() {
-    let s = client();
+    // Long lock waits: the first transaction must still be waiting (its
+    // edge in the graph) when the second closes the cycle.
+    let s = setup(ClientConfig {
+        lock_wait_timeout: Duration::from_secs(60),
+        ..ClientConfig::default()
+    });
     let mut first = s.client.begin_pessimistic().unwrap();
     let mut second = s.client.begin_pessimistic().unwrap();
     first.put(b"a", b"1").unwrap();
@@ -722,4 +727,57 @@ fn a_dead_clients_pessimistic_lock_is_resolved_once_it_expires() {
     txn.put(b"k", b"mine").unwrap();
     txn.commit().unwrap();
     assert_eq!(s.client.get_latest(b"k").unwrap(), Some(b"mine".to_vec()));
+}
+
+#[test]
+fn a_read_for_update_of_a_locked_key_reads_the_latest_commit() {
+    let s = client();
+    commit(&s.client, &[("k", "1")]);
+    let mut txn = s.client.begin_pessimistic().unwrap();
+    // Committed after the start_ts, before the lock; then locked, not
+    // written: a read for update reads that commit.
+    commit(&s.client, &[("h", "2")]);
+    txn.lock_keys([&b"h"[..]]).unwrap();
+    assert_eq!(txn.get(b"h").unwrap(), None, "the snapshot is older");
+    assert_eq!(txn.get_for_update(b"h").unwrap(), Some(b"2".to_vec()));
+    txn.put(b"h", b"3").unwrap();
+    assert_eq!(txn.get_for_update(b"h").unwrap(), Some(b"3".to_vec()));
+    txn.commit().unwrap();
+    assert_eq!(s.client.get_latest(b"h").unwrap(), Some(b"3".to_vec()));
+}
+
+#[test]
+fn a_failed_lock_request_leaves_the_keys_locked_before_it_committed_or_released() {
+    let s = setup(ClientConfig {
+        lock_wait_timeout: Duration::from_millis(5),
+        resolve_timeout: Duration::from_millis(30),
+        ..ClientConfig::default()
+    });
+    let mut holder = s.client.begin_pessimistic().unwrap();
+    holder.lock_keys([&b"q"[..]]).unwrap();
+    // `a` (the primary) is locked, `q` is not to be had: the commit of
+    // what follows still prewrites and commits the primary.
+    let mut txn = s.client.begin_pessimistic().unwrap();
+    assert!(txn.lock_keys([&b"a"[..], b"q"]).is_err());
+    txn.put(b"h", b"1").unwrap();
+    let info = txn.commit().unwrap();
+    assert_eq!(
+        s.client.cluster().regions()[0]
+            .storage()
+            .mvcc_by_key(key(b"a"))
+            .unwrap()
+            .writes
+            .first()
+            .map(|(commit_ts, _)| *commit_ts),
+        Some(info.commit_ts),
+        "the primary was committed (as a Lock record)"
+    );
+    assert_eq!(s.client.get_latest(b"h").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(pessimistic_lock_on(&s.client, b"a"), None);
+    // The same with nothing written: the lock is released at commit.
+    let mut txn = s.client.begin_pessimistic().unwrap();
+    assert!(txn.lock_keys([&b"b"[..], b"q"]).is_err());
+    txn.commit().unwrap();
+    assert_eq!(pessimistic_lock_on(&s.client, b"b"), None);
+    holder.rollback().unwrap();
 }

@@ -265,20 +265,8 @@ impl<E: Engine> Transaction<E> {
     /// Commits the buffered writes, as a pessimistic transaction's with
     /// `pessimism`.
     pub(super) fn commit_buffer(&mut self, pessimism: Option<Pessimism>) -> Result<CommitInfo> {
+        self.check_buffer()?;
         let buffer = std::mem::take(&mut self.buffer);
-        if buffer.contains_key(&[][..]) {
-            return Err(Error::InvalidRequest {
-                reason: "a transaction cannot write the empty key",
-                key: None,
-            });
-        }
-        crate::errors::check_write_size(buffer.iter().map(|(k, op)| {
-            let value_len = match op {
-                Op::Put(v) | Op::Insert(v) => v.len(),
-                Op::Delete | Op::Lock => 0,
-            };
-            (k.len(), value_len)
-        }))?;
         if buffer.is_empty() {
             return Ok(CommitInfo {
                 commit_ts: self.start_ts,
@@ -293,9 +281,31 @@ impl<E: Engine> Transaction<E> {
         Committer::new(&self.client, self.start_ts, lock_ttl_ms, buffer, pessimism).run()
     }
 
-    /// Whether `key` has a buffered write (or lock).
-    pub(super) fn buffers(&self, key: &[u8]) -> bool {
-        self.buffer.contains_key(key)
+    /// Whether `key` has a buffered write (a Put, an Insert or a Delete;
+    /// not a lock).
+    pub(super) fn buffers_write(&self, key: &[u8]) -> bool {
+        matches!(
+            self.buffer.get(key),
+            Some(Op::Put(_) | Op::Insert(_) | Op::Delete)
+        )
+    }
+
+    /// The checks `commit` makes before it sends anything: no empty key,
+    /// every size within the [`Limit`](crate::Limit)s.
+    pub(super) fn check_buffer(&self) -> Result<()> {
+        if self.buffer.contains_key(&[][..]) {
+            return Err(Error::InvalidRequest {
+                reason: "a transaction cannot write the empty key",
+                key: None,
+            });
+        }
+        crate::errors::check_write_size(self.buffer.iter().map(|(k, op)| {
+            let value_len = match op {
+                Op::Put(v) | Op::Insert(v) => v.len(),
+                Op::Delete | Op::Lock => 0,
+            };
+            (k.len(), value_len)
+        }))
     }
 
     /// The client.

@@ -94,12 +94,6 @@ impl AcquirePessimisticLock {
                 key: None,
             });
         }
-        if self.options.for_update_ts < self.start_ts {
-            return Err(Error::InvalidRequest {
-                reason: "for_update_ts is below the start_ts",
-                key: None,
-            });
-        }
         if self.start_ts.is_max() || self.options.for_update_ts.is_max() {
             return Err(Error::InvalidRequest {
                 reason: "TimeStamp::max() is not a start_ts or for_update_ts",

@@ -88,6 +88,14 @@ impl Prewrite {
         self
     }
 
+    /// Marks the request as a retry of one that may have been applied
+    /// (see [`TransactionProperties::is_retry_request`]).
+    #[must_use]
+    pub fn retry_request(mut self) -> Self {
+        self.props.is_retry_request = true;
+        self
+    }
+
     /// Uses 1PC: the mutations are the whole transaction, committed by this
     /// command. A zero `max_commit_ts` means no limit.
     #[must_use]
