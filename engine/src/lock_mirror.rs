@@ -19,7 +19,9 @@
 //!   reader that finds no lock finds the record.
 //!
 //! Only reads of the latest data use it ([`Engine::latest`](crate::Engine::latest)
-//! gets); a snapshot reads its own locks from RocksDB.
+//! gets); a snapshot reads its own locks from RocksDB, and the locks RocksDB
+//! never holds (pessimistic locks, kept here only: see
+//! [`RocksEngine`](crate::RocksEngine)) from here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};

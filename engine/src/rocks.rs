@@ -14,6 +14,23 @@
 //! | `lock` | whole-key bloom, in SSTs and in the memtable | prewrite and reads probe one lock per key, mostly absent |
 //! | `default` | whole-key bloom, in SSTs and in the memtable | long values are fetched by exact `key+start_ts` |
 //!
+//! **Pessimistic locks are kept in memory only**, as TiKV keeps them by
+//! default since 6.0 ("in-memory pessimistic locks"): a lock-CF record
+//! whose first byte is the pessimistic lock type `S` is held by the lock
+//! mirror and never written to RocksDB, so a pessimistic lock request
+//! writes nothing to the database (a lock RocksDB held for the key from
+//! before is deleted in the same write, so that no key is in both). Every
+//! reader still sees them: gets of either view, and lock-CF cursors, which
+//! merge them into RocksDB's locks in key order (a pinned snapshot sees
+//! them as they are when read, not as they were when it was taken; readers
+//! never wait for a pessimistic lock, so nothing depends on the
+//! difference). A pessimistic lock carries no value and is no commit point:
+//! the prewrite that replaces it is written as any lock is. A crash loses
+//! them, together with the transactions that held them, which are in the
+//! same process: after a restart a pessimistic prewrite finds its lock
+//! missing and takes the key only if nothing was committed on it since its
+//! start_ts.
+//!
 //! Compression: none on L0-L1 (hot, rewritten soon), lz4 on L2-L4, zstd on
 //! the bottom levels, as TiKV does. Every CF shares one LRU block cache.
 //!
