@@ -48,6 +48,11 @@ fn open(config: ClientConfig) -> Db {
 
 /// Runs `test` on a client with the defaults, then on one with 2PC only.
 fn both_protocols(test: impl Fn(&Client)) {
+    both_protocols_with(|config| config, test);
+}
+
+/// [`both_protocols`], each configuration changed by `tweak` first.
+fn both_protocols_with(tweak: impl Fn(ClientConfig) -> ClientConfig, test: impl Fn(&Client)) {
     for config in [
         ClientConfig::default(),
         ClientConfig {
@@ -56,7 +61,7 @@ fn both_protocols(test: impl Fn(&Client)) {
             ..Default::default()
         },
     ] {
-        let db = open(config);
+        let db = open(tweak(config));
         test(&db.client);
     }
 }
@@ -299,17 +304,7 @@ fn both_protocols_pessimistic(test: impl Fn(&Client)) {
         resolve_timeout: std::time::Duration::from_millis(30),
         ..config
     };
-    for config in [
-        ClientConfig::default(),
-        ClientConfig {
-            async_commit: false,
-            one_pc: false,
-            ..Default::default()
-        },
-    ] {
-        let db = open(short(config));
-        test(&db.client);
-    }
+    both_protocols_with(short, test);
 }
 
 fn pnum(txn: &mut PessimisticTransaction, key: &[u8]) -> u64 {

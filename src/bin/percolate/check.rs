@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use percolate::engine::Cf;
-use percolate::mvcc::{Key, LockType, TimeStamp, WriteType};
+use percolate::mvcc::{Key, LockInfo, LockType, TimeStamp, WriteType};
 use percolate::{Client, Transaction};
 
 use super::{
@@ -313,40 +313,38 @@ fn check_bank(
 /// which resolves the dead transaction's lock (rolled back if it never
 /// committed, committed if its primary says so), then let go.
 fn take_over_pessimistic_locks(client: &Client) -> Result<(), Failure> {
-    for region in client.cluster().regions() {
-        let locks = region.storage().scan_lock(
-            Some(Key::from_raw(region.start_key())),
-            region.end_key().map(Key::from_raw),
-            TimeStamp::max(),
-            0,
-        )?;
-        for lock in locks {
-            if lock.lock_type == LockType::Pessimistic {
-                let mut txn = client.begin_pessimistic()?;
-                txn.lock_keys([lock.key])?;
-                txn.rollback()?;
-            }
+    for lock in locks_left(client)? {
+        if lock.lock_type == LockType::Pessimistic {
+            let mut txn = client.begin_pessimistic()?;
+            txn.lock_keys([lock.key])?;
+            txn.rollback()?;
         }
     }
     Ok(())
 }
 
-/// Every key the writer wrote has been read, and its pessimistic locks
-/// taken over: no lock may be left.
-fn check_no_locks(client: &Client, anomalies: &mut Vec<String>) -> Result<(), Failure> {
+/// Every lock in the store, region by region.
+fn locks_left(client: &Client) -> Result<Vec<LockInfo>, Failure> {
+    let mut all = Vec::new();
     for region in client.cluster().regions() {
-        let locks = region.storage().scan_lock(
+        all.extend(region.storage().scan_lock(
             Some(Key::from_raw(region.start_key())),
             region.end_key().map(Key::from_raw),
             TimeStamp::max(),
             0,
-        )?;
-        for lock in locks {
-            anomalies.push(format!(
-                "lock left after every key was read: {}",
-                String::from_utf8_lossy(&lock.key)
-            ));
-        }
+        )?);
+    }
+    Ok(all)
+}
+
+/// Every key the writer wrote has been read, and its pessimistic locks
+/// taken over: no lock may be left.
+fn check_no_locks(client: &Client, anomalies: &mut Vec<String>) -> Result<(), Failure> {
+    for lock in locks_left(client)? {
+        anomalies.push(format!(
+            "lock left after every key was read: {}",
+            String::from_utf8_lossy(&lock.key)
+        ));
     }
     Ok(())
 }

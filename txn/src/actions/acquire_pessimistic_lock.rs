@@ -108,13 +108,7 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
         }
         // A repeated request: the key is already ours.
         if should_not_exist {
-            if let Some(existing_start_ts) = existing_start_ts(reader, &key, for_update_ts)? {
-                return Err(percolate_mvcc::Error::AlreadyExist {
-                    key,
-                    existing_start_ts,
-                }
-                .into());
-            }
+            check_not_exists(reader, &key, for_update_ts)?;
         }
         let value = if wants_value {
             value_at(reader, &key, for_update_ts, options.return_value)?
@@ -159,13 +153,7 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
             }
         }
         if should_not_exist {
-            if let Some(existing_start_ts) = existing_start_ts(reader, &key, commit_ts)? {
-                return Err(percolate_mvcc::Error::AlreadyExist {
-                    key,
-                    existing_start_ts,
-                }
-                .into());
-            }
+            check_not_exists(reader, &key, commit_ts)?;
         }
         if wants_value {
             value = visible_value(
@@ -244,11 +232,18 @@ fn value_at<S: Snapshot>(
     }
 }
 
-/// The start_ts of the Put visible at `ts`, if the key has a value there.
-fn existing_start_ts<S: Snapshot>(
+/// `AlreadyExist`, naming the Put's start_ts, if `key` has a value at `ts`.
+fn check_not_exists<S: Snapshot>(
     reader: &mut MvccReader<S>,
     key: &Key,
     ts: TimeStamp,
-) -> Result<Option<TimeStamp>> {
-    Ok(reader.get_write(key, ts, Some(ts))?.map(|put| put.start_ts))
+) -> Result<()> {
+    match reader.get_write(key, ts, Some(ts))? {
+        Some(put) => Err(percolate_mvcc::Error::AlreadyExist {
+            key: key.clone(),
+            existing_start_ts: put.start_ts,
+        }
+        .into()),
+        None => Ok(()),
+    }
 }

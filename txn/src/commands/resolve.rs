@@ -184,12 +184,7 @@ impl WriteCommand for ResolveLockLite {
     }
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
-        if !self.commit_ts.is_zero() && self.commit_ts <= self.start_ts {
-            return Err(Error::InvalidTxnTso {
-                start_ts: self.start_ts,
-                commit_ts: self.commit_ts,
-            });
-        }
+        check_resolve_ts(self.start_ts, self.commit_ts)?;
         let commit_ts = self.commit_ts;
         let (txn, released) = for_each_key(
             ctx.snapshot,
@@ -229,12 +224,7 @@ impl WriteCommand for ResolveLock {
     }
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
-        if !self.commit_ts.is_zero() && self.commit_ts <= self.start_ts {
-            return Err(Error::InvalidTxnTso {
-                start_ts: self.start_ts,
-                commit_ts: self.commit_ts,
-            });
-        }
+        check_resolve_ts(self.start_ts, self.commit_ts)?;
         let commit_ts = self.commit_ts;
         let (keys, locks): (Vec<Key>, Vec<Lock>) = self.key_locks.into_iter().unzip();
         // `for_each_key` visits the keys in order.
@@ -256,4 +246,12 @@ impl WriteCommand for ResolveLock {
             released.into_iter().flatten().collect(),
         ))
     }
+}
+
+/// A resolve commits at `commit_ts` above `start_ts`, or rolls back (zero).
+fn check_resolve_ts(start_ts: TimeStamp, commit_ts: TimeStamp) -> Result<()> {
+    if commit_ts.is_zero() {
+        return Ok(());
+    }
+    crate::actions::check_commit_ts(start_ts, commit_ts)
 }
