@@ -47,7 +47,11 @@
 //! A file of another length, with another magic or version, or with a bad
 //! checksum makes [`LocalOracle::open`] fail with
 //! [`Error::OracleCorrupted`] and leaves the file untouched: an oracle that
-//! does not know where it stopped must not start.
+//! does not know where it stopped must not start. So does anything at
+//! that name but a regular file of at most 20 bytes (a symbolic link, a
+//! FIFO, a device): it is refused before anything is read from it. The
+//! temporary file is always created anew, so a link planted at its name is
+//! replaced, never written through.
 
 use std::fmt;
 use std::fs::{self, File};
@@ -241,23 +245,68 @@ impl StateFile {
     }
 
     /// The stored limit; `None` when there is no file yet.
+    ///
+    /// Only a small regular file is read: a symlink (which could point
+    /// anywhere, `/dev/zero` say), a FIFO, a device or a file longer than
+    /// the format's 20 bytes is refused as corrupted, before anything is
+    /// read from it.
     fn load(&self) -> Result<Option<u64>> {
-        let buf = match fs::read(&self.path) {
-            Ok(buf) => buf,
+        let corrupted = |reason: String| Error::OracleCorrupted {
+            path: self.path.clone(),
+            reason,
+        };
+        match fs::symlink_metadata(&self.path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(corrupted("a symbolic link, not the oracle's file".into()));
+            }
+            // Checked before opening too: opening a FIFO waits for a writer.
+            Ok(meta) if !meta.file_type().is_file() => {
+                return Err(corrupted(format!(
+                    "not a regular file ({:?})",
+                    meta.file_type()
+                )));
+            }
+            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Self::io_error(&self.path)(e)),
-        };
-        decode_state(&buf)
-            .map(Some)
-            .map_err(|reason| Error::OracleCorrupted {
-                path: self.path.clone(),
-                reason,
-            })
+        }
+        let file = File::open(&self.path).map_err(Self::io_error(&self.path))?;
+        // What was opened, not what the name pointed to a moment before.
+        let meta = file.metadata().map_err(Self::io_error(&self.path))?;
+        if !meta.file_type().is_file() {
+            return Err(corrupted(format!(
+                "not a regular file ({:?})",
+                meta.file_type()
+            )));
+        }
+        if meta.len() > FILE_LEN as u64 {
+            return Err(corrupted(format!(
+                "length {} (expected {FILE_LEN})",
+                meta.len()
+            )));
+        }
+        let mut buf = Vec::with_capacity(FILE_LEN);
+        io::Read::read_to_end(&mut io::Read::take(file, FILE_LEN as u64 + 1), &mut buf)
+            .map_err(Self::io_error(&self.path))?;
+        decode_state(&buf).map(Some).map_err(corrupted)
     }
 
     /// Durably replaces the stored limit with `limit`.
+    ///
+    /// The temporary file is created anew (`O_CREAT | O_EXCL`, which never
+    /// follows a symbolic link) after removing whatever has its name: a
+    /// link planted there is removed, not written through.
     fn store(&self, limit: u64) -> Result<()> {
-        let mut tmp = File::create(&self.tmp_path).map_err(Self::io_error(&self.tmp_path))?;
+        match fs::remove_file(&self.tmp_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Self::io_error(&self.tmp_path)(e)),
+        }
+        let mut tmp = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&self.tmp_path)
+            .map_err(Self::io_error(&self.tmp_path))?;
         tmp.write_all(&encode_state(limit))
             .and_then(|()| tmp.sync_all())
             .map_err(Self::io_error(&self.tmp_path))?;
@@ -761,6 +810,50 @@ mod tests {
 
         fs::write(dir.path().join(FILE_NAME), &good).unwrap();
         LocalOracle::open(dir.path()).unwrap();
+    }
+
+    /// A `TIMESTAMP.tmp` planted as a symbolic link is replaced, never
+    /// written through: the file it points to keeps its bytes.
+    #[test]
+    fn a_planted_temporary_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join(TMP_FILE_NAME)).unwrap();
+        let oracle = LocalOracle::open(dir.path()).unwrap();
+        oracle.get_ts().unwrap();
+        drop(oracle);
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert!(stored_limit(dir.path()) > 0);
+        assert!(
+            !fs::symlink_metadata(dir.path().join(FILE_NAME))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+    }
+
+    /// A `TIMESTAMP` that is a symbolic link (to `/dev/zero`, say), a FIFO
+    /// or an oversized file is refused as corrupted at once: nothing is
+    /// read from it (no endless read, no wait for a writer).
+    #[test]
+    fn only_a_small_regular_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let refused = |what: &str| match LocalOracle::open(dir.path()) {
+            Err(Error::OracleCorrupted { reason, .. }) => reason,
+            other => panic!("{what}: expected OracleCorrupted, got {other:?}"),
+        };
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        assert!(refused("a link").contains("symbolic link"));
+        fs::remove_file(&path).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&path).status();
+        if made.is_ok_and(|status| status.success()) {
+            assert!(refused("a FIFO").contains("not a regular file"));
+            fs::remove_file(&path).unwrap();
+        }
+        fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        assert!(refused("1 MiB").contains("length"));
     }
 
     #[test]
