@@ -1161,3 +1161,24 @@ fn a_client_without_its_oracle_file_starts_above_the_data() {
         .unwrap();
     assert_eq!(client.get_latest(b"k").unwrap(), Some(b"v2".to_vec()));
 }
+
+/// A second open of a data directory in use is refused by percolate's own
+/// lock, even once RocksDB's LOCK file is deleted under the first (RocksDB
+/// alone would then let the second in, and it would delete the first one's
+/// files as obsolete); the lock goes with the client that held it.
+#[test]
+fn a_directory_in_use_is_refused_even_without_rocksdbs_lock_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Client::open(dir.path()).unwrap();
+    commit(&first, &[("k", "v")]);
+    std::fs::remove_file(dir.path().join("db").join("LOCK")).unwrap();
+    match Client::open(dir.path()) {
+        Err(Error::DirectoryLocked { path }) => assert_eq!(path, dir.path()),
+        Err(other) => panic!("expected DirectoryLocked, got {other}"),
+        Ok(_) => panic!("a second client opened a directory in use"),
+    }
+    assert_eq!(first.get_latest(b"k").unwrap(), bytes("v"));
+    drop(first);
+    let again = Client::open(dir.path()).unwrap();
+    assert_eq!(again.get_latest(b"k").unwrap(), bytes("v"));
+}

@@ -129,6 +129,14 @@ pub enum Error {
         wait_chain: Vec<crate::lock_wait::WaitForEntry>,
     },
 
+    /// Another process (or another client of this one) has the data
+    /// directory open: percolate's lock on it is held. Nothing was opened.
+    #[error("data directory {} is in use by another process", path.display())]
+    DirectoryLocked {
+        /// The data directory.
+        path: std::path::PathBuf,
+    },
+
     /// The timestamp oracle could not read or persist its state file.
     #[error("timestamp oracle file {path}: {source}")]
     OracleIo {

@@ -188,6 +188,9 @@ pub(crate) struct Inner<E: Engine> {
     pub(crate) oracle: Arc<dyn TimestampOracle>,
     pub(crate) config: ClientConfig,
     pub(crate) heartbeats: HeartBeats,
+    /// The data directory's lock, held while the client lives (see
+    /// [`Client::open_with`]); `None` for a client built from parts.
+    _dir_lock: Option<std::fs::File>,
 }
 
 impl Client<RocksEngine> {
@@ -198,6 +201,11 @@ impl Client<RocksEngine> {
     }
 
     /// Opens (or creates) a data directory.
+    ///
+    /// The client holds an exclusive lock on the directory (an advisory
+    /// `flock` on `PERCOLATE.LOCK`) until it is dropped or the process
+    /// exits: another open fails with [`Error::DirectoryLocked`], even if
+    /// RocksDB's own LOCK file was deleted.
     pub fn open_with(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|source| {
@@ -207,9 +215,12 @@ impl Client<RocksEngine> {
                 source,
             })
         })?;
-        // RocksDB first: its LOCK file refuses a second process on the same
-        // directory, which would otherwise race this one on the oracle's
-        // state file.
+        // Percolate's own lock first, then RocksDB's: a second process on
+        // the directory would race this one on the oracle's state file,
+        // and RocksDB's LOCK file alone can be deleted under a running
+        // process (RocksDB then lets a second one in, which deletes the
+        // first one's files as obsolete).
+        let dir_lock = lock_directory(dir)?;
         let engine = RocksEngine::open(dir.join("db"))?;
         // Above every commit in the data, whatever the oracle's own state
         // file says (or if it is gone).
@@ -231,7 +242,43 @@ impl Client<RocksEngine> {
             ..options.storage
         };
         let cluster = Cluster::new(engine, options.split_keys, storage);
-        Ok(Client::new(cluster, oracle, options.client))
+        Ok(Client::with_dir_lock(
+            cluster,
+            oracle,
+            options.client,
+            Some(dir_lock),
+        ))
+    }
+}
+
+/// The name of percolate's lock file in a data directory.
+const DIR_LOCK_FILE: &str = "PERCOLATE.LOCK";
+
+/// Takes an exclusive advisory lock (`flock`) on `dir/PERCOLATE.LOCK`,
+/// held as long as the returned file is open: the process's exit, however
+/// it ends, releases it. Fails with [`Error::DirectoryLocked`] when another
+/// process (or another client of this one) holds it.
+fn lock_directory(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join(DIR_LOCK_FILE);
+    let io = |source| {
+        Error::from(percolate_engine::Error::Io {
+            op: "lock the data directory",
+            path: path.clone(),
+            source,
+        })
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io)?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(Error::DirectoryLocked {
+            path: dir.to_path_buf(),
+        }),
+        Err(e) => Err(io(e.into())),
     }
 }
 
@@ -244,11 +291,21 @@ impl<E: Engine> Client<E> {
         oracle: Arc<dyn TimestampOracle>,
         config: ClientConfig,
     ) -> Self {
+        Self::with_dir_lock(cluster, oracle, config, None)
+    }
+
+    fn with_dir_lock(
+        cluster: Cluster<E>,
+        oracle: Arc<dyn TimestampOracle>,
+        config: ClientConfig,
+        dir_lock: Option<std::fs::File>,
+    ) -> Self {
         let inner = Arc::new_cyclic(|weak| Inner {
             cluster,
             oracle,
             heartbeats: HeartBeats::new(weak.clone(), config.lock_ttl_ms),
             config,
+            _dir_lock: dir_lock,
         });
         Client { inner }
     }
