@@ -62,10 +62,15 @@ fn lock_on<E: Engine>(s: &Storage<E>, k: &[u8]) -> Option<Lock> {
     s.mvcc_by_key(key(k)).unwrap().lock
 }
 
-/// Waits until the wait-for graph has `edges` edges.
-fn until_waiting<E: Engine>(s: &Storage<E>, edges: usize) {
+/// The edges of the wait-for graph now.
+fn edges<E: Engine>(s: &Storage<E>) -> Vec<WaitForEntry> {
+    s.concurrency_manager().lock_waits().wait_for_edges()
+}
+
+/// Waits until the wait-for graph has `count` edges.
+fn until_waiting<E: Engine>(s: &Storage<E>, count: usize) {
     let deadline = Instant::now() + LONG;
-    while s.concurrency_manager().lock_waits().wait_for_edges().len() < edges {
+    while edges(s).len() < count {
         assert!(Instant::now() < deadline, "nobody started waiting");
         thread::sleep(Duration::from_millis(1));
     }
@@ -97,7 +102,7 @@ fn a_waiter_takes_the_lock_once_it_is_released<E: Engine>(Bare(engine): Bare<E>)
         let waiter = scope.spawn(|| s.acquire_pessimistic_lock(lock_request(b"k", 20, 20, LONG)));
         until_waiting(&s, 1);
         assert_eq!(
-            s.concurrency_manager().lock_waits().wait_for_edges(),
+            edges(&s),
             vec![WaitForEntry {
                 txn: ts(20),
                 wait_for_txn: ts(10),
@@ -114,12 +119,7 @@ fn a_waiter_takes_the_lock_once_it_is_released<E: Engine>(Bare(engine): Bare<E>)
         );
     });
     assert_eq!(lock_on(&s, b"k").unwrap().ts, ts(20));
-    assert!(
-        s.concurrency_manager()
-            .lock_waits()
-            .wait_for_edges()
-            .is_empty()
-    );
+    assert!(edges(&s).is_empty());
 }
 
 /// A waiter woken by a commit above its for_update_ts fails with a
@@ -177,12 +177,7 @@ fn a_wait_times_out_with_the_lock<E: Engine>(Bare(engine): Bare<E>) {
     no_wait.wait_timeout = None;
     assert!(s.acquire_pessimistic_lock(no_wait).is_err());
     assert_eq!(lock_on(&s, b"k").unwrap().ts, ts(10));
-    assert!(
-        s.concurrency_manager()
-            .lock_waits()
-            .wait_for_edges()
-            .is_empty()
-    );
+    assert!(edges(&s).is_empty());
 }
 
 /// The chain of a `Deadlock` as (txn, wait_for_txn, key) triples.

@@ -81,6 +81,29 @@ fn assert_rolled_back(err: &Error, k: &[u8], start: u64) {
     }
 }
 
+/// A pessimistic prewrite of a Put of `k` (DoPessimisticCheck) that must
+/// fail and write nothing; its error.
+#[track_caller]
+fn must_pessimistic_prewrite_err<E: Engine>(
+    f: &TxnFixture<E>,
+    k: &[u8],
+    primary: &[u8],
+    start_ts: u64,
+    for_update_ts: u64,
+) -> Error {
+    f.assert_unchanged(|| {
+        f.pessimistic_prewrite_put(
+            k,
+            b"v",
+            primary,
+            start_ts,
+            for_update_ts,
+            DoPessimisticCheck,
+        )
+    })
+    .unwrap_err()
+}
+
 /// The options of a request asking for the value (and more, by `tweak`).
 fn options_with(
     primary: &[u8],
@@ -102,6 +125,20 @@ fn pessimistic_props(
     TransactionProperties {
         lock_ttl,
         ..TxnFixture::<MemoryEngine>::pessimistic_props(primary, start_ts, for_update_ts)
+    }
+}
+
+/// `props` committed by `commit_kind` (async commit or 1PC), with the
+/// region's max_ts at `max_ts`.
+fn computing_commit_ts(
+    commit_kind: CommitKind,
+    max_ts: u64,
+    props: TransactionProperties,
+) -> TransactionProperties {
+    TransactionProperties {
+        commit_kind,
+        max_ts: ts(max_ts),
+        ..props
     }
 }
 
@@ -285,19 +322,11 @@ fn c16_pessimistic_prewrite_of_rolled_back_txn_fails<E: Engine>(f: TxnFixture<E>
     f.must_acquire_pessimistic_lock(b"k1", b"k1", 10, 10);
     f.must_rollback(b"k1", 10);
     f.must_acquire_pessimistic_lock(b"k1", b"k1", 15, 15);
-    let err = f
-        .assert_unchanged(|| {
-            f.pessimistic_prewrite_put(b"k1", b"v", b"k1", 10, 10, DoPessimisticCheck)
-        })
-        .unwrap_err();
+    let err = must_pessimistic_prewrite_err(&f, b"k1", b"k1", 10, 10);
     assert_lock_not_found(&err, PessimisticLockNotFoundReason::LockTsMismatch);
     // With the lock gone, the own rollback stops the amend.
     f.must_pessimistic_rollback(b"k1", 15, 15);
-    let err = f
-        .assert_unchanged(|| {
-            f.pessimistic_prewrite_put(b"k1", b"v", b"k1", 10, 10, DoPessimisticCheck)
-        })
-        .unwrap_err();
+    let err = must_pessimistic_prewrite_err(&f, b"k1", b"k1", 10, 10);
     assert_lock_not_found(&err, PessimisticLockNotFoundReason::LockMissingAmendFail);
 }
 
@@ -347,9 +376,7 @@ fn c19_do_pessimistic_check_over_another_lock<E: Engine>(f: TxnFixture<E>) {
     f.must_acquire_pessimistic_lock(b"p", b"p", 5, 5);
     f.must_prewrite_put(b"w", b"v", b"w", 5);
     for k in [&b"p"[..], b"w"] {
-        let err = f
-            .assert_unchanged(|| f.pessimistic_prewrite_put(k, b"v", k, 10, 10, DoPessimisticCheck))
-            .unwrap_err();
+        let err = must_pessimistic_prewrite_err(&f, k, k, 10, 10);
         assert_lock_not_found(&err, PessimisticLockNotFoundReason::LockTsMismatch);
     }
 }
@@ -453,11 +480,7 @@ fn pessimistic_prewrite_amends_a_missing_lock<E: Engine>(f: TxnFixture<E>) {
     f.must_get(b"k", 15, b"v");
     // A commit at or above the start_ts stops it.
     f.must_put_committed(b"j", b"old", 20, 25);
-    let err = f
-        .assert_unchanged(|| {
-            f.pessimistic_prewrite_put(b"j", b"v", b"j", 22, 30, DoPessimisticCheck)
-        })
-        .unwrap_err();
+    let err = must_pessimistic_prewrite_err(&f, b"j", b"j", 22, 30);
     assert_lock_not_found(&err, PessimisticLockNotFoundReason::LockMissingAmendFail);
 }
 
@@ -479,13 +502,10 @@ fn pessimistic_prewrite_for_update_ts_and_check_not_exists<E: Engine>(f: TxnFixt
 /// locks in one write.
 fn pessimistic_async_commit_and_one_pc<E: Engine>(f: TxnFixture<E>) {
     f.must_acquire_pessimistic_lock(b"a", b"a", 10, 40);
-    let props = TransactionProperties {
-        commit_kind: CommitKind::Async {
-            max_commit_ts: TimeStamp::zero(),
-        },
-        max_ts: ts(30),
-        ..pessimistic_props(b"a", 10, 40, 3000)
+    let async_commit = CommitKind::Async {
+        max_commit_ts: TimeStamp::zero(),
     };
+    let props = computing_commit_ts(async_commit, 30, pessimistic_props(b"a", 10, 40, 3000));
     let result = f.must_prewrite_mutations(
         &props,
         vec![pessimistic_put(b"a", b"v", DoPessimisticCheck)],
@@ -496,13 +516,10 @@ fn pessimistic_async_commit_and_one_pc<E: Engine>(f: TxnFixture<E>) {
 
     f.must_acquire_pessimistic_lock(b"x", b"x", 50, 55);
     f.must_acquire_pessimistic_lock(b"y", b"x", 50, 55);
-    let props = TransactionProperties {
-        commit_kind: CommitKind::OnePc {
-            max_commit_ts: TimeStamp::zero(),
-        },
-        max_ts: ts(60),
-        ..pessimistic_props(b"x", 50, 55, 3000)
+    let one_pc = CommitKind::OnePc {
+        max_commit_ts: TimeStamp::zero(),
     };
+    let props = computing_commit_ts(one_pc, 60, pessimistic_props(b"x", 50, 55, 3000));
     let result = f.must_prewrite_mutations(
         &props,
         vec![
@@ -523,13 +540,10 @@ fn pessimistic_async_commit_and_one_pc<E: Engine>(f: TxnFixture<E>) {
 /// (SkipPessimisticCheck) checks them when marked as a retry: a transaction
 /// that committed is answered with its commit, not locked again.
 fn retried_skip_pessimistic_check_prewrite_finds_its_commit<E: Engine>(f: TxnFixture<E>) {
-    let props = TransactionProperties {
-        commit_kind: CommitKind::OnePc {
-            max_commit_ts: TimeStamp::zero(),
-        },
-        max_ts: ts(5),
-        ..pessimistic_props(b"k", 5, 5, 3000)
+    let one_pc = CommitKind::OnePc {
+        max_commit_ts: TimeStamp::zero(),
     };
+    let props = computing_commit_ts(one_pc, 5, pessimistic_props(b"k", 5, 5, 3000));
     let request = || vec![pessimistic_put(b"k", b"v", SkipPessimisticCheck)];
     let result = f.must_prewrite_mutations(&props, request(), None);
     assert_eq!(result.one_pc_commit_ts, ts(6));

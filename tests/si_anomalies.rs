@@ -84,6 +84,24 @@ fn latest(client: &Client) -> (u64, u64) {
     (num(&txn, X), num(&txn, Y))
 }
 
+/// Twenty rounds of two threads each running `write(value, barrier)`, a
+/// write of the thread's own value to both x and y (the barrier lines the
+/// two up where `write` waits on it); after each round x and y must hold
+/// one writer's value.
+fn race_writers_of_x_and_y(client: &Client, write: impl Fn(String, &Barrier) + Sync) {
+    for round in 0..20u64 {
+        let barrier = Barrier::new(2);
+        thread::scope(|s| {
+            for t in 1..=2u64 {
+                let (barrier, write) = (&barrier, &write);
+                s.spawn(move || write((round * 10 + t).to_string(), barrier));
+            }
+        });
+        let (x, y) = latest(client);
+        assert_eq!(x, y, "round {round}: x and y from different writers");
+    }
+}
+
 fn assert_conflict(result: percolate::Result<percolate::CommitInfo>) {
     match result {
         Err(e) if e.is_conflict() => {}
@@ -114,24 +132,13 @@ fn g0_dirty_write_never_happens() {
         assert_conflict(t1.commit());
         assert_eq!(latest(client), (12, 22));
 
-        for round in 0..20u64 {
-            let barrier = Barrier::new(2);
-            thread::scope(|s| {
-                for t in 1..=2u64 {
-                    let barrier = &barrier;
-                    s.spawn(move || {
-                        let mut txn = client.begin().unwrap();
-                        let v = (round * 10 + t).to_string();
-                        txn.put(X, v.clone());
-                        txn.put(Y, v);
-                        barrier.wait();
-                        let _ = txn.commit();
-                    });
-                }
-            });
-            let (x, y) = latest(client);
-            assert_eq!(x, y, "round {round}: x and y from different writers");
-        }
+        race_writers_of_x_and_y(client, |value, barrier| {
+            let mut txn = client.begin().unwrap();
+            txn.put(X, value.clone());
+            txn.put(Y, value);
+            barrier.wait();
+            let _ = txn.commit();
+        });
     });
 }
 
@@ -341,26 +348,15 @@ fn pessimistic_g0_dirty_write_never_happens() {
         t1.commit().unwrap();
         assert_eq!(latest(client), (11, 21));
 
-        for round in 0..20u64 {
-            let barrier = Barrier::new(2);
-            thread::scope(|s| {
-                for t in 1..=2u64 {
-                    let barrier = &barrier;
-                    s.spawn(move || {
-                        let v = (round * 10 + t).to_string();
-                        barrier.wait();
-                        client
-                            .with_retry_pessimistic(|txn| {
-                                txn.put(X, v.clone())?;
-                                txn.put(Y, v.clone())
-                            })
-                            .unwrap();
-                    });
-                }
-            });
-            let (x, y) = latest(client);
-            assert_eq!(x, y, "round {round}: x and y from different writers");
-        }
+        race_writers_of_x_and_y(client, |value, barrier| {
+            barrier.wait();
+            client
+                .with_retry_pessimistic(|txn| {
+                    txn.put(X, value.clone())?;
+                    txn.put(Y, value.clone())
+                })
+                .unwrap();
+        });
     });
 }
 

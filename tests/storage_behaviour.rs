@@ -416,6 +416,21 @@ fn pessimistic_prewrite(
     prewrite
 }
 
+/// A pessimistic prewrite of k1 = v1 (the primary) and k2 = v2, with the
+/// actions given in that order.
+fn k1_k2_pessimistic_prewrite(
+    [k1, k2]: [PessimisticAction; 2],
+    start_ts: u64,
+    for_update_ts: u64,
+) -> Prewrite {
+    pessimistic_prewrite(
+        vec![(put(b"k1", b"v1"), k1), (put(b"k2", b"v2"), k2)],
+        b"k1",
+        start_ts,
+        for_update_ts,
+    )
+}
+
 /// I2, pessimistic part: an async-commit pessimistic prewrite commits above
 /// its for_update_ts too.
 fn i2_min_commit_ts_above_for_update_ts<E: Engine>(f: StorageFixture<E>) {
@@ -449,17 +464,9 @@ fn i5_pessimistic_fallback_when_commit_ts_exceeds_max_commit_ts<E: Engine>(f: St
         .acquire_pessimistic_lock(apl(b"k1", b"k1", 20, 20))
         .unwrap();
     let request = || {
-        pessimistic_prewrite(
-            vec![
-                (put(b"k1", b"v1"), DoPessimisticCheck),
-                (put(b"k2", b"v2"), SkipPessimisticCheck),
-            ],
-            b"k1",
-            20,
-            20,
-        )
-        .min_commit_ts(ts(21))
-        .async_commit(vec![b"k2".to_vec()], ts(40))
+        k1_k2_pessimistic_prewrite([DoPessimisticCheck, SkipPessimisticCheck], 20, 20)
+            .min_commit_ts(ts(21))
+            .async_commit(vec![b"k2".to_vec()], ts(40))
     };
     for _ in 0..2 {
         let result = f.must_prewrite(request());
@@ -499,16 +506,8 @@ fn i11_rollback_before_prewrite_pushes_the_commit_ts<E: Engine>(f: StorageFixtur
         .unwrap();
     assert_eq!(status, TxnStatus::TtlExpire);
     f.txn.must_get_rollback(b"k2", 10, true);
-    let t1 = pessimistic_prewrite(
-        vec![
-            (put(b"k1", b"v1"), DoPessimisticCheck),
-            (put(b"k2", b"v1"), SkipPessimisticCheck),
-        ],
-        b"k1",
-        1,
-        3,
-    )
-    .async_commit(vec![b"k2".to_vec()], TimeStamp::zero());
+    let t1 = k1_k2_pessimistic_prewrite([DoPessimisticCheck, SkipPessimisticCheck], 1, 3)
+        .async_commit(vec![b"k2".to_vec()], TimeStamp::zero());
     let result = f.must_prewrite(t1);
     assert!(result.min_commit_ts > ts(10), "{result:?}");
     match f
@@ -704,11 +703,7 @@ fn k5_repeated_one_pc_returns_original_commit_ts<E: Engine>(f: StorageFixture<E>
         Prewrite::new(vec![put(b"k1", b"v1"), put(b"k2", b"v2")], b"k1", ts(5))
             .one_pc(TimeStamp::zero())
     };
-    let c = f.must_prewrite(request()).one_pc_commit_ts;
-    assert_eq!(c, ts(6));
-    f.read_at(100);
-    let again = f.txn.assert_unchanged(|| f.must_prewrite(request()));
-    assert_eq!(again.one_pc_commit_ts, c);
+    assert_eq!(repeated_one_pc_commit_ts(&f, request), ts(6));
     f.txn.must_unlocked(b"k1");
     assert_eq!(f.txn.writes(b"k2").len(), 1);
     f.must_have_no_memory_lock(&[b"k1", b"k2"]);
@@ -721,16 +716,8 @@ fn k2_pessimistic_one_pc<E: Engine>(f: StorageFixture<E>) {
     f.storage
         .acquire_pessimistic_lock(apl(b"k1", b"k1", 8, 12))
         .unwrap();
-    let request = pessimistic_prewrite(
-        vec![
-            (put(b"k1", b"v1"), DoPessimisticCheck),
-            (put(b"k2", b"v2"), SkipPessimisticCheck),
-        ],
-        b"k1",
-        8,
-        12,
-    )
-    .one_pc(ts(15));
+    let request = k1_k2_pessimistic_prewrite([DoPessimisticCheck, SkipPessimisticCheck], 8, 12)
+        .one_pc(ts(15));
     assert_eq!(f.must_prewrite(request).one_pc_commit_ts, ts(13));
     for (k, v) in [(&b"k1"[..], &b"v1"[..]), (b"k2", b"v2")] {
         f.txn.must_unlocked(k);
@@ -747,26 +734,29 @@ fn k5_repeated_pessimistic_one_pc_returns_original_commit_ts<E: Engine>(f: Stora
         .acquire_pessimistic_lock(apl(b"k2", b"k1", 5, 5))
         .unwrap();
     let request = || {
-        pessimistic_prewrite(
-            vec![
-                (put(b"k1", b"v1"), SkipPessimisticCheck),
-                (put(b"k2", b"v2"), DoPessimisticCheck),
-            ],
-            b"k1",
-            5,
-            5,
-        )
-        .one_pc(TimeStamp::zero())
+        k1_k2_pessimistic_prewrite([SkipPessimisticCheck, DoPessimisticCheck], 5, 5)
+            .one_pc(TimeStamp::zero())
     };
-    let c = f.must_prewrite(request()).one_pc_commit_ts;
-    assert_eq!(c, ts(6));
-    f.read_at(100);
-    let again = f.txn.assert_unchanged(|| f.must_prewrite(request()));
-    assert_eq!(again.one_pc_commit_ts, c);
+    assert_eq!(repeated_one_pc_commit_ts(&f, request), ts(6));
     for k in [&b"k1"[..], b"k2"] {
         f.txn.must_unlocked(k);
         assert_eq!(f.txn.writes(k).len(), 1);
     }
+}
+
+/// Sends the 1PC `request`, then again once max_ts has moved to 100: the
+/// repeat must write nothing and answer the first commit's commit_ts,
+/// which is returned.
+#[track_caller]
+fn repeated_one_pc_commit_ts<E: Engine>(
+    f: &StorageFixture<E>,
+    request: impl Fn() -> Prewrite,
+) -> TimeStamp {
+    let c = f.must_prewrite(request()).one_pc_commit_ts;
+    f.read_at(100);
+    let again = f.txn.assert_unchanged(|| f.must_prewrite(request()));
+    assert_eq!(again.one_pc_commit_ts, c);
+    c
 }
 
 /// K6: a cleanup of s=30 on the empty key k writes a protected rollback

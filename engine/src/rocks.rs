@@ -955,50 +955,22 @@ impl RocksIterator {
 impl EngineIterator for RocksIterator {
     fn seek(&mut self, key: &[u8]) -> Result<bool> {
         self.raw_seek(key)?;
-        Ok(match &mut self.overlay {
-            None => self.valid,
-            Some(o) => {
-                o.at = o.first_at_or_after(key);
-                o.forward = true;
-                self.settle()
-            }
-        })
+        Ok(self.reposition(true, |o| o.first_at_or_after(key)))
     }
 
     fn seek_for_prev(&mut self, key: &[u8]) -> Result<bool> {
         self.raw_seek_for_prev(key)?;
-        Ok(match &mut self.overlay {
-            None => self.valid,
-            Some(o) => {
-                o.at = o.last_at_or_before(key);
-                o.forward = false;
-                self.settle()
-            }
-        })
+        Ok(self.reposition(false, |o| o.last_at_or_before(key)))
     }
 
     fn seek_to_first(&mut self) -> Result<bool> {
         self.raw_seek_to_first()?;
-        Ok(match &mut self.overlay {
-            None => self.valid,
-            Some(o) => {
-                o.at = (!o.entries.is_empty()).then_some(0);
-                o.forward = true;
-                self.settle()
-            }
-        })
+        Ok(self.reposition(true, |o| (!o.entries.is_empty()).then_some(0)))
     }
 
     fn seek_to_last(&mut self) -> Result<bool> {
         self.raw_seek_to_last()?;
-        Ok(match &mut self.overlay {
-            None => self.valid,
-            Some(o) => {
-                o.at = o.entries.len().checked_sub(1);
-                o.forward = false;
-                self.settle()
-            }
-        })
+        Ok(self.reposition(false, |o| o.entries.len().checked_sub(1)))
     }
 
     fn next(&mut self) -> Result<bool> {
@@ -1116,6 +1088,18 @@ impl Overlay {
 }
 
 impl RocksIterator {
+    /// After a seek of the RocksDB cursor: puts the overlay's candidate
+    /// where `at` says, travelling `forward` or not, and settles. Without
+    /// an overlay, whether the RocksDB cursor is valid.
+    fn reposition(&mut self, forward: bool, at: impl FnOnce(&Overlay) -> Option<usize>) -> bool {
+        let Some(o) = self.overlay.as_mut() else {
+            return self.valid;
+        };
+        o.at = at(o);
+        o.forward = forward;
+        self.settle()
+    }
+
     /// After a move of either source: the merged cursor rests on the
     /// nearer of RocksDB's key and the overlay's candidate in the
     /// direction of travel.

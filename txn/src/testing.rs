@@ -231,11 +231,7 @@ impl<E: Engine> TxnFixture<E> {
     #[track_caller]
     pub fn must_prewrite(&self, mutation: Mutation, primary: &[u8], start_ts: u64) {
         let result = self.prewrite(&Self::props(primary, start_ts), vec![mutation], None);
-        match result {
-            Ok(r) if r.locks.is_empty() => {}
-            Ok(r) => panic!("prewrite met locks: {:?}", r.locks),
-            Err(e) => panic!("prewrite failed: {e}"),
-        }
+        expect_no_locks(result, "prewrite");
     }
 
     /// Prewrites one mutation in a 2PC transaction, expecting an error.
@@ -440,11 +436,7 @@ impl<E: Engine> TxnFixture<E> {
             for_update_ts,
             PessimisticAction::DoPessimisticCheck,
         );
-        match result {
-            Ok(r) if r.locks.is_empty() => {}
-            Ok(r) => panic!("pessimistic prewrite met locks: {:?}", r.locks),
-            Err(e) => panic!("pessimistic prewrite failed: {e}"),
-        }
+        expect_no_locks(result, "pessimistic prewrite");
     }
 
     /// Rolls back the pessimistic lock of `start_ts` on `k` taken at or
@@ -766,3 +758,14 @@ impl<E: Engine> TxnFixture<E> {
 
 mod faulty;
 pub use faulty::FaultyEngine;
+
+/// Panics unless `result` is a prewrite that succeeded without meeting
+/// locks; `what` names it in the message.
+#[track_caller]
+fn expect_no_locks(result: Result<PrewriteResult>, what: &str) {
+    match result {
+        Ok(r) if r.locks.is_empty() => {}
+        Ok(r) => panic!("{what} met locks: {:?}", r.locks),
+        Err(e) => panic!("{what} failed: {e}"),
+    }
+}
