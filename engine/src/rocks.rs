@@ -119,6 +119,15 @@ pub struct RocksEngine {
     /// database rather than in it: a pooled cursor holds the database open,
     /// so the pool must go when the last engine handle (or view) does.
     cursors: Arc<CursorPool>,
+    /// What every [`Engine::latest`] view shares, so that taking one costs
+    /// one reference count, not two.
+    latest: Arc<LatestView>,
+}
+
+/// The database and the cursor pool, as a latest view holds them.
+struct LatestView {
+    inner: Arc<Inner>,
+    cursors: Arc<CursorPool>,
 }
 
 /// Invariant: `db` is declared before `temp_dir`, so it is closed before a
@@ -208,18 +217,25 @@ impl RocksEngine {
         }
         let ceiling = persisted_ts_ceiling(&db)?;
         let locks = LockMirror::new(stored_locks(&db)?);
+        let inner = Arc::new(Inner {
+            db,
+            path,
+            latest_read: ReadOptions::default(),
+            epochs: WriteEpochs::new(ceiling),
+            persisted_ceiling: AtomicU64::new(ceiling),
+            raising: Mutex::new(()),
+            locks,
+            _temp_dir: temp_dir,
+        });
+        let cursors = Arc::new(CursorPool::new());
+        let latest = Arc::new(LatestView {
+            inner: inner.clone(),
+            cursors: cursors.clone(),
+        });
         Ok(RocksEngine {
-            inner: Arc::new(Inner {
-                db,
-                path,
-                latest_read: ReadOptions::default(),
-                epochs: WriteEpochs::new(ceiling),
-                persisted_ceiling: AtomicU64::new(ceiling),
-                raising: Mutex::new(()),
-                locks,
-                _temp_dir: temp_dir,
-            }),
-            cursors: Arc::new(CursorPool::new()),
+            inner,
+            cursors,
+            latest,
         })
     }
 
@@ -428,7 +444,7 @@ impl Engine for RocksEngine {
     /// being built anew for each point read.
     fn latest(&self) -> RocksSnapshot {
         RocksSnapshot {
-            view: View::Latest(self.inner.clone(), self.cursors.clone()),
+            view: View::Latest(self.latest.clone()),
         }
     }
 
@@ -576,7 +592,7 @@ enum View {
     /// A RocksDB snapshot.
     Pinned(Arc<SnapshotCell>),
     /// The latest data, and the pool its write-CF cursors come from.
-    Latest(Arc<Inner>, Arc<CursorPool>),
+    Latest(Arc<LatestView>),
 }
 
 impl std::fmt::Debug for RocksSnapshot {
@@ -595,7 +611,7 @@ impl RocksSnapshot {
     fn inner(&self) -> &Inner {
         match &self.view {
             View::Pinned(cell) => cell.borrow_owner(),
-            View::Latest(inner, _) => inner,
+            View::Latest(latest) => &latest.inner,
         }
     }
 
@@ -647,8 +663,8 @@ impl Snapshot for RocksSnapshot {
         let handle = handle(db, cf)?;
         let read = match &self.view {
             View::Pinned(cell) => &cell.borrow_dependent().point_read,
-            View::Latest(inner, _) if cf == Cf::Lock => return Ok(inner.locks.get(key)),
-            View::Latest(inner, _) => &inner.latest_read,
+            View::Latest(latest) if cf == Cf::Lock => return Ok(latest.inner.locks.get(key)),
+            View::Latest(latest) => &latest.inner.latest_read,
         };
         let value = db.get_pinned_cf_opt(handle, data_key(key), read)?;
         Ok(match value {
@@ -678,7 +694,8 @@ impl Snapshot for RocksSnapshot {
                 IterCell::open(IterSource::Snapshot(cell.clone()), cf, &options)?,
                 None,
             ),
-            View::Latest(inner, pool) if pooled_kind(cf, &options) => {
+            View::Latest(latest) if pooled_kind(cf, &options) => {
+                let (inner, pool) = (&latest.inner, &latest.cursors);
                 let cell = match pool.take() {
                     Some(mut cell) => match cell.with_dependent_mut(|_, it| it.refresh()) {
                         Ok(()) => cell,
@@ -689,8 +706,8 @@ impl Snapshot for RocksSnapshot {
                 };
                 (cell, Some(pool.clone()))
             }
-            View::Latest(inner, _) => (
-                IterCell::open(IterSource::Latest(inner.clone()), cf, &options)?,
+            View::Latest(latest) => (
+                IterCell::open(IterSource::Latest(latest.inner.clone()), cf, &options)?,
                 None,
             ),
         };

@@ -267,9 +267,14 @@ impl ConcurrencyManager {
             return Ok(());
         }
         self.check_limit(ts)?;
-        self.inner
-            .max_ts
-            .fetch_max(ts.into_inner(), Ordering::SeqCst);
+        // Most reads are at or below a max_ts some read already raised it
+        // to: a load leaves the cache line shared, where a read-modify-write
+        // would take it from every other core.
+        if self.inner.max_ts.load(Ordering::SeqCst) < ts.into_inner() {
+            self.inner
+                .max_ts
+                .fetch_max(ts.into_inner(), Ordering::SeqCst);
+        }
         Ok(())
     }
 

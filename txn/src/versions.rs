@@ -17,28 +17,165 @@
 //! key written by anything else since (a write straight to the engine, say)
 //! moves the epoch on, and the read seeks as it would without hints.
 //!
-//! The table is a fixed array of slots, each holding one key and its
-//! version, a key going to the slot its hash picks: a newer key in the
-//! same slot pushes the older one out, and a key that is not in its slot
-//! is simply read with a seek. Its memory is bounded: 65,536 slots per
-//! region (about 2 MiB with short keys).
+//! The table is a fixed array of slots, each holding one key (inline, up to
+//! [`KEY_WORDS`] words of its encoded bytes) and its version, a key going
+//! to the slot its hash picks: a newer key in the same slot pushes the
+//! older one out, and a key that is not in its slot, or too long to be
+//! held, is simply read with a seek. Its memory is bounded: 65,536 slots
+//! of 88 bytes per region (5.5 MiB), allocated a shard at a time as keys
+//! arrive.
+//!
+//! Every point read asks here, from every thread, so a lookup writes
+//! nothing shared: each slot is a sequence lock. Writers (one per shard at
+//! a time, under the shard's mutex) make the slot's sequence odd, change
+//! it, and make it even again; a reader reads the sequence, the slot and
+//! the sequence again, and takes what it read only if the sequence was even
+//! and unchanged. A reader that meets a writer gets no hint and seeks.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use parking_lot::Mutex;
 use percolate_mvcc::{Key, TimeStamp, VersionHints};
 
-/// Shards of the slot array, each behind its own lock.
+/// Shards of the slot array, each allocated on first use and written under
+/// its own mutex.
 const SHARDS: usize = 64;
 
 /// Slots per shard.
 const SLOTS_PER_SHARD: usize = 1024;
 
-/// A key, its newest data version, and the engine's write epoch once the
-/// version is written (`None` until then); or nothing.
-type Slot = Option<(Key, TimeStamp, Option<u64>)>;
+/// Words of a key held inline: encoded keys of up to 56 bytes (raw keys of
+/// up to 48 bytes) can have hints.
+const KEY_WORDS: usize = 7;
+
+/// The epoch of a slot whose version is noted but not written yet.
+const UNCONFIRMED: u64 = u64::MAX;
+
+/// One key's hint.
+#[derive(Default)]
+struct Slot {
+    /// Odd while a writer changes the slot; bumped twice per change.
+    seq: AtomicU64,
+    /// The key's length in bytes plus one; 0 for an empty slot.
+    len: AtomicU64,
+    /// Its newest data version.
+    version: AtomicU64,
+    /// The engine's write epoch once that version is written, or
+    /// [`UNCONFIRMED`].
+    epoch: AtomicU64,
+    /// Its encoded bytes, eight to a word, the last word padded with zeros.
+    key: [AtomicU64; KEY_WORDS],
+}
+
+/// What a slot holds, read consistently.
+struct Held {
+    len: u64,
+    version: u64,
+    epoch: u64,
+    key: [u64; KEY_WORDS],
+}
+
+/// A key as the table compares it: its packed words, its length plus one
+/// and its slot.
+struct Packed {
+    len: u64,
+    key: [u64; KEY_WORDS],
+    shard: usize,
+    slot: usize,
+}
+
+impl Packed {
+    /// `None` for a key too long to be held inline.
+    fn new(key: &Key) -> Option<Packed> {
+        let bytes = key.as_encoded();
+        if bytes.len() > KEY_WORDS * 8 {
+            return None;
+        }
+        let mut words = [0u64; KEY_WORDS];
+        for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
+            let mut buf = [0u8; 8];
+            buf[..chunk.len()].copy_from_slice(chunk);
+            *word = u64::from_le_bytes(buf);
+        }
+        // The FxHash step over the words and the length, then MurmurHash3's
+        // finalizer, so that keys differing in a few bits of one word
+        // spread over every slot.
+        let mut hash = bytes.len() as u64;
+        for word in &words[..bytes.len().div_ceil(8)] {
+            hash = (hash.rotate_left(5) ^ word).wrapping_mul(0x51_7cc1_b727_220a_95);
+        }
+        hash ^= hash >> 33;
+        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        hash ^= hash >> 33;
+        hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        hash ^= hash >> 33;
+        let index = (hash as usize) % (SHARDS * SLOTS_PER_SHARD);
+        Some(Packed {
+            len: bytes.len() as u64 + 1,
+            key: words,
+            shard: index / SLOTS_PER_SHARD,
+            slot: index % SLOTS_PER_SHARD,
+        })
+    }
+
+    fn is_held_in(&self, held: &Held) -> bool {
+        held.len == self.len && held.key == self.key
+    }
+}
+
+impl Slot {
+    /// What the slot holds, or `None` if a writer was changing it.
+    fn read(&self) -> Option<Held> {
+        let seq = self.seq.load(Ordering::Acquire);
+        if seq & 1 == 1 {
+            return None;
+        }
+        let held = Held {
+            len: self.len.load(Ordering::Relaxed),
+            version: self.version.load(Ordering::Relaxed),
+            epoch: self.epoch.load(Ordering::Relaxed),
+            key: std::array::from_fn(|i| self.key[i].load(Ordering::Relaxed)),
+        };
+        // Orders the reads above before the second read of the sequence.
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == seq).then_some(held)
+    }
+
+    /// Replaces what the slot holds. Only under its shard's mutex.
+    fn write(&self, key: &Packed, version: u64, epoch: u64) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq + 1, Ordering::Relaxed);
+        // Orders the odd sequence before the changes below.
+        fence(Ordering::Release);
+        self.len.store(key.len, Ordering::Relaxed);
+        self.version.store(version, Ordering::Relaxed);
+        self.epoch.store(epoch, Ordering::Relaxed);
+        for (word, value) in self.key.iter().zip(key.key) {
+            word.store(value, Ordering::Relaxed);
+        }
+        self.seq.store(seq + 2, Ordering::Release);
+    }
+}
+
+/// One shard: its slots once allocated, and the mutex its writers take.
+#[derive(Default)]
+struct Shard {
+    slots: OnceLock<Box<[Slot]>>,
+    writer: Mutex<()>,
+}
 
 /// The newest data versions of recently committed keys.
 pub(crate) struct VersionCache {
-    shards: Box<[Mutex<Vec<Slot>>]>,
+    shards: Box<[Shard]>,
+}
+
+impl Default for VersionCache {
+    fn default() -> Self {
+        VersionCache {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+        }
+    }
 }
 
 impl std::fmt::Debug for VersionCache {
@@ -47,107 +184,70 @@ impl std::fmt::Debug for VersionCache {
     }
 }
 
-impl Default for VersionCache {
-    fn default() -> Self {
-        VersionCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
-        }
-    }
-}
-
 impl VersionCache {
+    /// The slot of `key`, allocating its shard if needed.
+    fn slot_mut(&self, key: &Packed) -> (&Slot, parking_lot::MutexGuard<'_, ()>) {
+        let shard = &self.shards[key.shard];
+        let slots = shard
+            .slots
+            .get_or_init(|| (0..SLOTS_PER_SHARD).map(|_| Slot::default()).collect());
+        (&slots[key.slot], shard.writer.lock())
+    }
+
     /// Notes that `key`'s newest data version is (about to be) `commit_ts`,
     /// unconfirmed. Called before the record is written.
     pub(crate) fn note(&self, key: &Key, commit_ts: TimeStamp) {
-        let (shard, slot) = place(key);
-        let mut slots = self.shards[shard].lock();
-        if slots.is_empty() {
-            slots.resize(SLOTS_PER_SHARD, None);
+        let Some(key) = Packed::new(key) else {
+            return;
+        };
+        let (slot, _writer) = self.slot_mut(&key);
+        let held = slot.read().expect("writers hold the shard's mutex");
+        // Commits of one key write ascending versions; a retried command
+        // may note an old one again, which changes nothing.
+        if key.is_held_in(&held) && commit_ts.into_inner() <= held.version {
+            return;
         }
-        match &mut slots[slot] {
-            // Commits of one key write ascending versions; a retried
-            // command may note an old one again, which changes nothing.
-            Some((held, version, epoch)) if held == key => {
-                if commit_ts > *version {
-                    *version = commit_ts;
-                    *epoch = None;
-                }
-            }
-            // Another key's slot: take it over.
-            Some((held, version, epoch)) => {
-                take_over(held, key);
-                *version = commit_ts;
-                *epoch = None;
-            }
-            empty @ None => *empty = Some((key.clone(), commit_ts, None)),
-        }
+        // A newer version of the key, or another key's slot taken over.
+        slot.write(&key, commit_ts.into_inner(), UNCONFIRMED);
     }
 
     /// Confirms `key`'s noted version `commit_ts` once its record is
     /// written, at the engine's write epoch of the key read after the write
     /// (`None`: the engine keeps none, and the hint is never used).
     pub(crate) fn confirm(&self, key: &Key, commit_ts: TimeStamp, write_epoch: Option<u64>) {
-        let (shard, slot) = place(key);
-        let mut slots = self.shards[shard].lock();
-        if let Some(Some((held, version, epoch))) = slots.get_mut(slot) {
-            if held == key && *version == commit_ts {
-                *epoch = write_epoch;
-            }
+        let Some(key) = Packed::new(key) else {
+            return;
+        };
+        let (slot, _writer) = self.slot_mut(&key);
+        let held = slot.read().expect("writers hold the shard's mutex");
+        if key.is_held_in(&held) && held.version == commit_ts.into_inner() {
+            slot.write(&key, held.version, write_epoch.unwrap_or(UNCONFIRMED));
         }
     }
 }
 
 impl VersionHints for VersionCache {
     fn newest_data_version(&self, key: &Key) -> Option<(TimeStamp, u64)> {
-        let (shard, slot) = place(key);
-        let slots = self.shards[shard].lock();
-        match slots.get(slot)? {
-            Some((held, version, Some(epoch))) if held == key => Some((*version, *epoch)),
-            _ => None,
-        }
+        let key = Packed::new(key)?;
+        let slots = self.shards[key.shard].slots.get()?;
+        let held = slots[key.slot].read()?;
+        (key.is_held_in(&held) && held.epoch != UNCONFIRMED)
+            .then(|| (TimeStamp::new(held.version), held.epoch))
     }
 
     fn offer(&self, key: &Key, version: TimeStamp, epoch: u64) {
-        let (shard, slot) = place(key);
-        let mut slots = self.shards[shard].lock();
-        if slots.is_empty() {
-            slots.resize(SLOTS_PER_SHARD, None);
+        let Some(key) = Packed::new(key) else {
+            return;
+        };
+        let (slot, _writer) = self.slot_mut(&key);
+        let held = slot.read().expect("writers hold the shard's mutex");
+        // A commit noted this version or a newer one: its confirmation (or
+        // its failure) decides.
+        if key.is_held_in(&held) && held.version >= version.into_inner() {
+            return;
         }
-        match &mut slots[slot] {
-            // A commit noted this version or a newer one: its confirmation
-            // (or its failure) decides.
-            Some((held, noted, _)) if held == key && *noted >= version => {}
-            Some((held, noted, confirmed)) if held == key => {
-                *noted = version;
-                *confirmed = Some(epoch);
-            }
-            Some((held, noted, confirmed)) => {
-                take_over(held, key);
-                *noted = version;
-                *confirmed = Some(epoch);
-            }
-            empty @ None => *empty = Some((key.clone(), version, Some(epoch))),
-        }
+        slot.write(&key, version.into_inner(), epoch);
     }
-}
-
-/// Makes a slot's key `key`, reusing the buffer of the key it held.
-fn take_over(held: &mut Key, key: &Key) {
-    let mut buf = std::mem::replace(held, Key::from_encoded(Vec::new())).into_encoded();
-    buf.clear();
-    buf.extend_from_slice(key.as_encoded());
-    *held = Key::from_encoded(buf);
-}
-
-/// The shard and slot of `key`: FNV-1a over its encoded bytes.
-fn place(key: &Key) -> (usize, usize) {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.as_encoded() {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    let slot = (hash as usize) % (SHARDS * SLOTS_PER_SHARD);
-    (slot / SLOTS_PER_SHARD, slot % SLOTS_PER_SHARD)
 }
 
 #[cfg(test)]
@@ -199,6 +299,7 @@ mod tests {
     fn a_key_pushed_out_of_its_slot_has_no_hint() {
         let cache = VersionCache::default();
         let first = Key::from_raw(b"first");
+        let place = |k: &Key| Packed::new(k).map(|p| (p.shard, p.slot));
         let slot = place(&first);
         let other = (0u32..)
             .map(|i| Key::from_raw(format!("other-{i}").as_bytes()))
@@ -212,6 +313,110 @@ mod tests {
         assert_eq!(
             cache.newest_data_version(&other),
             Some((TimeStamp::new(7), 2))
+        );
+    }
+
+    #[test]
+    fn a_key_too_long_to_hold_inline_never_has_a_hint() {
+        let cache = VersionCache::default();
+        let long = Key::from_raw(&[7u8; 60]);
+        assert!(long.as_encoded().len() > KEY_WORDS * 8);
+        cache.note(&long, TimeStamp::new(5));
+        cache.confirm(&long, TimeStamp::new(5), Some(1));
+        cache.offer(&long, TimeStamp::new(6), 2);
+        assert_eq!(cache.newest_data_version(&long), None);
+        // The longest key held inline has hints.
+        let longest = Key::from_raw(&[7u8; 47]);
+        assert!(longest.as_encoded().len() <= KEY_WORDS * 8);
+        cache.offer(&longest, TimeStamp::new(6), 2);
+        assert_eq!(
+            cache.newest_data_version(&longest),
+            Some((TimeStamp::new(6), 2))
+        );
+    }
+
+    #[test]
+    fn keys_differing_only_in_length_are_told_apart() {
+        // "a" and "a\0" pack to the same words (zero padding): the length
+        // tells them apart.
+        let cache = VersionCache::default();
+        let short = Key::from_encoded(b"a".to_vec());
+        let padded = Key::from_encoded(b"a\0".to_vec());
+        cache.offer(&short, TimeStamp::new(3), 1);
+        assert_eq!(cache.newest_data_version(&padded), None);
+        assert_eq!(
+            cache.newest_data_version(&short),
+            Some((TimeStamp::new(3), 1))
+        );
+    }
+
+    #[test]
+    fn readers_on_other_threads_never_see_a_torn_slot() {
+        // Two keys of one slot written in turn by one thread while others
+        // read: every hint read is one that was written for that key.
+        let cache = std::sync::Arc::new(VersionCache::default());
+        let first = Key::from_raw(b"first");
+        let place = |k: &Key| Packed::new(k).map(|p| (p.shard, p.slot));
+        let other = (0u32..)
+            .map(|i| Key::from_raw(format!("other-{i}").as_bytes()))
+            .find(|k| place(k) == place(&first))
+            .expect("some key shares the slot");
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let seen = std::sync::Arc::new(AtomicU64::new(0));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (cache, stop, seen) = (cache.clone(), stop.clone(), seen.clone());
+                let (first, other) = (first.clone(), other.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        // `first` is written with even versions and
+                        // epoch = version + 1; `other` with odd ones.
+                        if let Some((v, e)) = cache.newest_data_version(&first) {
+                            assert!(v.into_inner() % 2 == 0 && e == v.into_inner() + 1);
+                            seen.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let Some((v, e)) = cache.newest_data_version(&other) {
+                            assert!(v.into_inner() % 2 == 1 && e == v.into_inner() + 1);
+                            seen.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        // Writes until the readers have read hints while it wrote (on a
+        // busy machine they may start late).
+        let mut i = 0u64;
+        while (seen.load(Ordering::Relaxed) < 10_000 || i < 20_000) && i < 100_000_000 {
+            let (key, version) = if i % 2 == 0 {
+                (&first, 2 * i)
+            } else {
+                (&other, 2 * i + 1)
+            };
+            cache.offer(key, TimeStamp::new(version), version + 1);
+            i += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for reader in readers {
+            reader.join().expect("no reader saw a torn slot");
+        }
+        assert!(seen.load(Ordering::Relaxed) > 0, "the readers read hints");
+    }
+
+    #[test]
+    fn keys_of_one_pattern_spread_over_the_slots() {
+        // 65,536 keys that differ only in their digits fill most slots,
+        // as random placement would (1 - 1/e of them, 63%).
+        let mut used = std::collections::HashSet::new();
+        for i in 0..(SHARDS * SLOTS_PER_SHARD) as u64 {
+            let key = Key::from_raw(format!("user{i:012}").as_bytes());
+            let p = Packed::new(&key).expect("short");
+            used.insert((p.shard, p.slot));
+        }
+        assert!(
+            used.len() > SHARDS * SLOTS_PER_SHARD * 6 / 10,
+            "{} slots used",
+            used.len()
         );
     }
 }
