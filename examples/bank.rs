@@ -314,7 +314,9 @@ impl Bank {
     /// scan crosses every region.
     fn audit(&self) -> percolate::Result<Audit> {
         let txn = self.client.begin()?;
-        let pairs = txn.scan(&account(0), Some(&account(self.accounts)), 0)?;
+        let pairs = txn
+            .scan(account(0)..account(self.accounts))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let accounts = pairs.len() as u64;
         let total = pairs.iter().map(|(_, v)| balance(Some(v))).sum();
         let audit = Audit {

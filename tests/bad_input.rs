@@ -455,7 +455,11 @@ fn a_corrupted_lock_record_is_reported_with_its_key_never_a_panic() {
         poke(&db.client, Cf::Lock, key.as_encoded().clone(), garbage);
         let txn = db.client.begin().unwrap();
         assert_corruption(txn.get(b"h"), Cf::Lock, &key);
-        assert_corruption(txn.scan(b"a", None, 0), Cf::Lock, &key);
+        assert_corruption(
+            txn.scan("a"..).collect::<std::result::Result<Vec<_>, _>>(),
+            Cf::Lock,
+            &key,
+        );
         assert_corruption(txn.batch_get(&[b"h"]), Cf::Lock, &key);
         let mut writer = db.client.begin().unwrap();
         writer.put(b"h".to_vec(), b"w".to_vec());
@@ -483,7 +487,11 @@ fn a_corrupted_write_record_is_reported_with_its_key_never_a_panic() {
         poke(&db.client, Cf::Write, stored.clone(), garbage);
         let txn = db.client.begin().unwrap();
         assert_corruption(txn.get(b"h"), Cf::Write, &key);
-        assert_corruption(txn.scan(b"a", None, 0), Cf::Write, &key);
+        assert_corruption(
+            txn.scan("a"..).collect::<std::result::Result<Vec<_>, _>>(),
+            Cf::Write,
+            &key,
+        );
         assert_corruption(db.client.get_latest(b"h"), Cf::Write, &key);
     }
 }

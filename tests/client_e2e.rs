@@ -22,6 +22,7 @@
 //! use [`Client::open_with`] on the system clock.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -214,7 +215,12 @@ fn no_dirty_read_of_buffered_or_prewritten_writes() {
     assert_eq!(reader.get(b"h").unwrap(), bytes("old"));
     assert_eq!(reader.get(b"a").unwrap(), bytes("old"));
     assert_eq!(
-        strings(reader.scan(b"", None, 0).unwrap()),
+        strings(
+            reader
+                .scan::<&[u8]>(..)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        ),
         [("a".into(), "old".into()), ("h".into(), "old".into())]
     );
 
@@ -277,8 +283,18 @@ fn no_phantom() {
     commit(client, &[("b", "0"), ("h", "0"), ("m", "0"), ("pb", "0")]);
 
     let reader = client.begin().unwrap();
-    let forward = strings(reader.scan(b"c", Some(b"r"), 0).unwrap());
-    let reverse = strings(reader.scan_reverse(b"c", Some(b"r"), 0).unwrap());
+    let forward = strings(
+        reader
+            .scan("c".."r")
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .unwrap(),
+    );
+    let reverse = strings(
+        reader
+            .scan_reverse("c".."r")
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .unwrap(),
+    );
     let keys = |pairs: &[(String, String)]| -> Vec<String> {
         pairs.iter().map(|(k, _)| k.clone()).collect()
     };
@@ -296,18 +312,42 @@ fn no_phantom() {
         CommitProtocol::AsyncCommit
     );
 
-    assert_eq!(strings(reader.scan(b"c", Some(b"r"), 0).unwrap()), forward);
     assert_eq!(
-        strings(reader.scan_reverse(b"c", Some(b"r"), 0).unwrap()),
+        strings(
+            reader
+                .scan("c".."r")
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        ),
+        forward
+    );
+    assert_eq!(
+        strings(
+            reader
+                .scan_reverse("c".."r")
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        ),
         reverse
     );
     assert_eq!(
-        keys(&strings(reader.scan(b"c", Some(b"r"), 2).unwrap())),
+        keys(&strings(
+            reader
+                .scan("c".."r")
+                .take(2)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        )),
         ["h", "m"]
     );
     let later = client.begin().unwrap();
     assert_eq!(
-        keys(&strings(later.scan(b"c", Some(b"r"), 0).unwrap())),
+        keys(&strings(
+            later
+                .scan("c".."r")
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        )),
         ["h", "i", "pa", "pb"]
     );
 }
@@ -496,7 +536,9 @@ fn transfers_across_regions_are_seen_whole_by_every_snapshot() {
                 while !done.load(Ordering::Relaxed) || checked == 0 {
                     let txn = client.begin().unwrap();
                     let sums = txn.batch_get(&keys).and_then(|values| {
-                        let pairs = txn.scan(b"", None, 0)?;
+                        let pairs = txn
+                            .scan::<&[u8]>(..)
+                            .collect::<std::result::Result<Vec<_>, _>>()?;
                         Ok((
                             values.into_iter().map(number).sum::<u64>(),
                             pairs.into_iter().map(|(_, v)| number(Some(v))).sum(),
@@ -585,12 +627,24 @@ fn every_read_waits_out_a_prewrite_in_flight() {
         |t| t.batch_get(&[b"a", b"h", b"q"]),
         vec![bytes("1"), bytes("1"), bytes("1")],
     );
-    read_past_a_prewrite_in_flight(client, |t| t.scan(b"", None, 0).map(strings), all());
+    read_past_a_prewrite_in_flight(
+        client,
+        |t| {
+            t.scan::<&[u8]>(..)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map(strings)
+        },
+        all(),
+    );
     let mut reversed = all();
     reversed.reverse();
     read_past_a_prewrite_in_flight(
         client,
-        |t| t.scan_reverse(b"", None, 0).map(strings),
+        |t| {
+            t.scan_reverse::<&[u8]>(..)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map(strings)
+        },
         reversed,
     );
 }
@@ -739,10 +793,14 @@ fn read_ahq(client: &Client) -> Vec<String> {
         .collect();
     values.reverse();
     assert_eq!(
-        strings(txn.scan(b"", None, 0).unwrap())
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect::<Vec<_>>(),
+        strings(
+            txn.scan::<&[u8]>(..)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        )
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect::<Vec<_>>(),
         values
     );
     values
@@ -995,7 +1053,11 @@ fn data_survives_a_client_restart_and_timestamps_move_on() {
     let txn = client.begin().unwrap();
     assert!(txn.start_ts() > last_commit_ts);
     assert_eq!(
-        strings(txn.scan(b"", None, 0).unwrap()),
+        strings(
+            txn.scan::<&[u8]>(..)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        ),
         [
             ("a".into(), "1".into()),
             ("b".into(), "2".into()),
@@ -1061,12 +1123,22 @@ fn check_scans(txn: &percolate::Transaction, model: &BTreeMap<String, String>) {
             let descending: Vec<(String, String)> = ascending.iter().rev().cloned().collect();
             for limit in LIMITS {
                 let take = if limit == 0 { usize::MAX } else { limit };
-                let end_bytes = end.map(str::as_bytes);
-                let forward = strings(txn.scan(start.as_bytes(), end_bytes, limit).unwrap());
+                let bounds = (
+                    Bound::Included(start.as_bytes()),
+                    end.map_or(Bound::Unbounded, |e| Bound::Excluded(e.as_bytes())),
+                );
+                let forward = strings(
+                    txn.scan::<&[u8]>(bounds)
+                        .take(take)
+                        .collect::<std::result::Result<Vec<_>, _>>()
+                        .unwrap(),
+                );
                 let expected: Vec<_> = ascending.iter().take(take).cloned().collect();
                 assert_eq!(forward, expected, "scan [{start:?}, {end:?}) limit {limit}");
                 let reverse = strings(
-                    txn.scan_reverse(start.as_bytes(), end_bytes, limit)
+                    txn.scan_reverse::<&[u8]>(bounds)
+                        .take(take)
+                        .collect::<std::result::Result<Vec<_>, _>>()
                         .unwrap(),
                 );
                 let expected: Vec<_> = descending.iter().take(take).cloned().collect();

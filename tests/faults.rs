@@ -175,7 +175,9 @@ impl<E: Engine> Db<E> {
             .iter()
             .map(|k| {
                 let v = txn
-                    .scan(k.as_bytes(), None, 1)
+                    .scan(k.as_bytes()..)
+                    .take(1)
+                    .collect::<std::result::Result<Vec<_>, _>>()
                     .unwrap()
                     .into_iter()
                     .find(|(key, _)| key == k.as_bytes())
@@ -566,7 +568,9 @@ fn transfer(client: &Client, rng: &mut impl Rng) -> bool {
 /// The total of every account in one snapshot.
 fn audit(client: &Client) -> percolate::Result<u64> {
     let txn = client.begin()?;
-    let pairs = txn.scan(b"", None, 0)?;
+    let pairs = txn
+        .scan::<&[u8]>(..)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     assert_eq!(pairs.len(), ACCOUNTS.len(), "an account vanished");
     Ok(pairs.into_iter().map(|(_, v)| balance(Some(v))).sum())
 }

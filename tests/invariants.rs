@@ -314,7 +314,10 @@ fn audit(s: &Shared, seed: u64) {
             };
             (sum(accounts.as_slice()), sum(counters.as_slice()))
         } else {
-            let pairs = match txn.scan(b"", Some(&b"x"[..]), 0) {
+            let pairs = match txn
+                .scan(..&b"x"[..])
+                .collect::<std::result::Result<Vec<_>, _>>()
+            {
                 Ok(pairs) => pairs,
                 // A lock that outlasted the wait: no snapshot read.
                 Err(e) if e.is_retryable() => continue,
@@ -488,7 +491,10 @@ fn final_check(s: &Shared) {
         s.anomaly(format!("final total {total}"));
     }
     // The auditor's scan stops before the markers; every key has been read.
-    let _ = txn.scan(b"", None, 0).unwrap();
+    let _ = txn
+        .scan::<&[u8]>(..)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .unwrap();
     for region in s.client.cluster().regions() {
         let locks = region
             .storage()

@@ -26,11 +26,13 @@
 mod crash;
 
 use std::io::Write;
+use std::ops::Bound;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use percolate::mvcc::{Key, TimeStamp};
+use percolate::txn::client::MAX_BATCH;
 use percolate::txn::commands::RawScan;
 use percolate::txn::storage::Storage;
 use percolate::{Client, CommitInfo};
@@ -244,11 +246,28 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
         }
         Decoded::Scan(range) => {
             let txn = client.begin()?;
-            let end = range.end.as_deref();
-            let pairs = if range.reverse {
-                txn.scan_reverse(&range.start, end, range.limit)?
+            let bounds = (
+                Bound::Included(range.start.as_slice()),
+                range
+                    .end
+                    .as_deref()
+                    .map_or(Bound::Unbounded, Bound::Excluded),
+            );
+            let take = if range.limit == 0 {
+                usize::MAX
             } else {
-                txn.scan(&range.start, end, range.limit)?
+                range.limit
+            };
+            let pairs = if range.reverse {
+                txn.scan_reverse::<&[u8]>(bounds)
+                    .batch_size(take.min(MAX_BATCH))
+                    .take(take)
+                    .collect::<std::result::Result<Vec<_>, _>>()?
+            } else {
+                txn.scan::<&[u8]>(bounds)
+                    .batch_size(take.min(MAX_BATCH))
+                    .take(take)
+                    .collect::<std::result::Result<Vec<_>, _>>()?
             };
             print_pairs(out, codec, &pairs)?;
         }

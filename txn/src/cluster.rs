@@ -165,6 +165,29 @@ impl<E: Engine> Cluster<E> {
         &self.regions[first..last]
     }
 
+    /// The part of the raw range `[start, end)` in each region it
+    /// overlaps, in key order: the region, and the range clipped to it
+    /// (never empty).
+    pub(crate) fn pieces<'a>(
+        &'a self,
+        start: &'a [u8],
+        end: Option<&'a [u8]>,
+    ) -> impl DoubleEndedIterator<Item = (&'a Region<E>, &'a [u8], Option<&'a [u8]>)> {
+        self.regions_in(start, end)
+            .iter()
+            .filter_map(move |region| {
+                let lower = start.max(region.start_key());
+                let upper = match (end, region.end_key()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                match upper {
+                    Some(upper) if upper <= lower => None,
+                    _ => Some((region, lower, upper)),
+                }
+            })
+    }
+
     /// The largest `max_ts` of any region (for tests and tools).
     pub fn max_ts(&self) -> TimeStamp {
         self.regions

@@ -103,7 +103,7 @@ impl Packed {
         // spread over every slot.
         let mut hash = bytes.len() as u64;
         for word in &words[..bytes.len().div_ceil(8)] {
-            hash = (hash.rotate_left(5) ^ word).wrapping_mul(0x51_7cc1_b727_220a_95);
+            hash = (hash.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
         }
         hash ^= hash >> 33;
         hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);

@@ -725,7 +725,9 @@ impl Percolate {
                     }
                 }
                 Op::Scan { start, len } => {
-                    std::hint::black_box(txn.scan(&record_key(*start), None, *len)?);
+                    for pair in txn.scan(record_key(*start)..).batch_size(*len).take(*len) {
+                        std::hint::black_box(pair?);
+                    }
                 }
                 Op::ReadModifyWrite(k) => {
                     let key = record_key(*k);
@@ -824,7 +826,9 @@ impl System for Percolate {
                     }
                 }
                 Op::Scan { start, len } => {
-                    std::hint::black_box(txn.scan(&record_key(*start), None, *len)?);
+                    for pair in txn.scan(record_key(*start)..).batch_size(*len).take(*len) {
+                        std::hint::black_box(pair?);
+                    }
                 }
                 Op::ReadModifyWrite(k) => {
                     let key = record_key(*k);

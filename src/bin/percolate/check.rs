@@ -43,7 +43,12 @@ impl State {
         for prefix in REGIONS {
             let start = format!("{prefix}/t/").into_bytes();
             let end = format!("{prefix}/t0").into_bytes();
-            if let Some((key, _)) = txn.scan_reverse(&start, Some(&end), 1)?.pop() {
+            if let Some((key, _)) = txn
+                .scan_reverse(start.as_slice()..end.as_slice())
+                .batch_size(1)
+                .next()
+                .transpose()?
+            {
                 let round: u64 = std::str::from_utf8(&key[4..10])?.parse()?;
                 next_round = next_round.max(round + 1);
             }
@@ -180,7 +185,10 @@ fn read_markers(
     let mut found: BTreeMap<TxnId, Found> = BTreeMap::new();
     for prefix in REGIONS {
         let (start, end) = round_range(prefix, round);
-        for (key, value) in txn.scan(&start, Some(&end), 0)? {
+        for (key, value) in txn
+            .scan(start.as_slice()..end.as_slice())
+            .collect::<std::result::Result<Vec<_>, _>>()?
+        {
             let text = String::from_utf8(value)?;
             let parsed: Option<(TxnId, usize, usize)> = (|| {
                 let mut words = text.split(' ');

@@ -26,7 +26,10 @@
 mod gc;
 mod heartbeat;
 mod pessimistic;
+mod raw;
 mod resolver;
+mod scan;
+mod snapshot;
 mod transaction;
 
 use std::path::Path;
@@ -38,6 +41,9 @@ use percolate_mvcc::{Key, TimeStamp};
 
 use self::heartbeat::HeartBeats;
 pub use self::pessimistic::PessimisticTransaction;
+pub use self::raw::{RawClient, RawScanIter};
+pub use self::scan::{FIRST_BATCH, MAX_BATCH, Scan};
+pub use self::snapshot::Snapshot;
 pub use self::transaction::{CommitInfo, CommitProtocol, Transaction};
 use crate::cluster::Cluster;
 use crate::concurrency_manager::MaxTsLimit;
@@ -373,6 +379,35 @@ impl<E: Engine> Client<E> {
             .get(key, TimeStamp::max(), &ReadOptions::default())
     }
 
+    /// A fresh timestamp from the oracle: above every commit acknowledged
+    /// so far.
+    pub fn current_ts(&self) -> Result<TimeStamp> {
+        self.inner.oracle.get_ts()
+    }
+
+    /// A read-only snapshot at `ts`: it sees exactly the transactions that
+    /// committed at or below `ts`. A `ts` from [`current_ts`](Self::current_ts)
+    /// (or a transaction's start_ts) gives a snapshot whose answers never
+    /// change. Reading at a `ts` the oracle has not handed out yet raises
+    /// the regions' `max_ts` to it; a client from [`Client::open`] refuses
+    /// one too far ahead of the oracle (`InvalidMaxTsUpdate`).
+    /// Versions below the last GC safe point may be gone.
+    pub fn snapshot(&self, ts: TimeStamp) -> Snapshot<E> {
+        Snapshot::new(self.inner.clone(), ts)
+    }
+
+    /// A read-only snapshot of the latest data: at a fresh timestamp from
+    /// the oracle.
+    pub fn snapshot_latest(&self) -> Result<Snapshot<E>> {
+        Ok(self.snapshot(self.current_ts()?))
+    }
+
+    /// Raw key-value access, beside the transactional data and separate
+    /// from it (see [`RawClient`]).
+    pub fn raw(&self) -> RawClient<E> {
+        RawClient::new(self.inner.clone())
+    }
+
     /// Runs the read-only `work` in a new transaction: every read sees one
     /// snapshot (the transaction's start_ts). The transaction is borrowed
     /// immutably, so `work` cannot write; nothing is committed.
@@ -387,7 +422,8 @@ impl<E: Engine> Client<E> {
     /// })?;
     /// let total: u64 = client.view(|txn| {
     ///     let mut total = 0;
-    ///     for (_, balance) in txn.scan(b"", None, 0)? {
+    ///     for pair in txn.scan::<&[u8]>(..) {
+    ///         let (_, balance) = pair?;
     ///         total += String::from_utf8_lossy(&balance).parse::<u64>().unwrap_or(0);
     ///     }
     ///     Ok(total)

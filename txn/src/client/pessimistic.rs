@@ -2,12 +2,14 @@
 //! or written, so that the commit cannot meet a write conflict on them.
 
 use std::collections::BTreeSet;
+use std::ops::RangeBounds;
 use std::time::Duration;
 
 use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp, WriteConflictReason};
 
 use super::resolver::into_lock;
+use super::scan::Scan;
 use super::transaction::{CommitInfo, Pessimism, Transaction};
 use super::{Backoff, Deadline, Inner, key};
 use crate::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
@@ -107,15 +109,24 @@ impl<E: Engine> PessimisticTransaction<E> {
         self.txn.batch_get(keys)
     }
 
-    /// Up to `limit` pairs (0: no limit) of `[start, end)` at the snapshot,
-    /// own writes included; locks nothing.
-    pub fn scan(
+    /// The pairs with keys in `range` at the snapshot, in key order, own
+    /// writes included; locks nothing (see [`Transaction::scan`]).
+    pub fn scan<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
+        self.txn.scan(range)
+    }
+
+    /// Like [`scan`](Self::scan), from the end of the range down.
+    pub fn scan_reverse<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
+        self.txn.scan_reverse(range)
+    }
+
+    /// The keys in `range` at the snapshot, own writes included; locks
+    /// nothing.
+    pub fn keys<K: AsRef<[u8]>>(
         &self,
-        start: &[u8],
-        end: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.txn.scan(start, end, limit)
+        range: impl RangeBounds<K>,
+    ) -> impl Iterator<Item = Result<Vec<u8>>> + '_ {
+        self.txn.keys(range)
     }
 
     /// Locks `key` and returns its latest committed value (or this

@@ -19,6 +19,7 @@ use std::time::Duration;
 use percolate_engine::Engine;
 use percolate_mvcc::{Key, KvPair, LockInfo, TimeStamp, TsSet};
 
+use super::scan::ScanKind;
 use super::{Backoff, Deadline, Inner, key};
 use crate::actions::TxnStatus;
 use crate::actions::check_txn_status::CheckTxnStatusOptions;
@@ -128,35 +129,27 @@ impl<E: Engine> Inner<E> {
     }
 
     /// Up to `limit` pairs (0: no limit) of the raw range `[start, end)` at
-    /// `ts`, in key order or, with `reverse`, from `end` down; across
-    /// regions, resolving locks in the way.
+    /// `ts`, in key order or, reverse, from `end` down (values empty when
+    /// key-only); across regions, resolving locks in the way.
     pub(crate) fn scan(
         &self,
         start: &[u8],
         end: Option<&[u8]>,
         limit: usize,
-        reverse: bool,
+        kind: ScanKind,
         ts: TimeStamp,
     ) -> Result<Vec<KvPair>> {
-        let mut regions: Vec<_> = self.cluster.regions_in(start, end).iter().collect();
+        let reverse = kind.reverse;
+        let mut pieces: Vec<_> = self.cluster.pieces(start, end).collect();
         if reverse {
-            regions.reverse();
+            pieces.reverse();
         }
         let mut pairs = Vec::new();
-        for region in regions {
+        for (region, lower, upper) in pieces {
             if limit != 0 && pairs.len() >= limit {
                 break;
             }
-            // The part of [start, end) inside the region.
-            let lower = key(start.max(region.start_key()));
-            let upper = match (end, region.end_key()) {
-                (Some(a), Some(b)) => Some(key(a.min(b))),
-                (Some(a), None) => Some(key(a)),
-                (None, b) => b.map(key),
-            };
-            if upper.as_ref().is_some_and(|u| *u <= lower) {
-                continue;
-            }
+            let (lower, upper) = (key(lower), upper.map(key));
             let (start_key, end_key) = if reverse {
                 (
                     upper.unwrap_or_else(|| Key::from_encoded(Vec::new())),
@@ -170,7 +163,7 @@ impl<E: Engine> Inner<E> {
                 end_key,
                 limit: if limit == 0 { 0 } else { limit - pairs.len() },
                 ts,
-                key_only: false,
+                key_only: kind.key_only,
                 reverse,
             };
             let storage = region.storage();

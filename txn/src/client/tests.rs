@@ -119,16 +119,37 @@ fn reads_see_own_writes_over_the_snapshot_in_both_directions() {
             .collect()
     };
     assert_eq!(
-        keys(txn.scan(b"", None, 0).unwrap()),
+        keys(
+            txn.scan::<&[u8]>(..)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        ),
         ["a", "b", "c", "q", "r"]
     );
     assert_eq!(
-        keys(txn.scan(b"b", Some(b"r"), 3).unwrap()),
+        keys(
+            txn.scan("b".."r")
+                .take(3)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        ),
         ["b", "c", "q"]
     );
-    assert_eq!(keys(txn.scan_reverse(b"", None, 2).unwrap()), ["r", "q"]);
     assert_eq!(
-        keys(txn.scan_reverse(b"a", Some(b"q"), 0).unwrap()),
+        keys(
+            txn.scan_reverse::<&[u8]>(..)
+                .take(2)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        ),
+        ["r", "q"]
+    );
+    assert_eq!(
+        keys(
+            txn.scan_reverse("a".."q")
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        ),
         ["c", "b", "a"]
     );
     assert_eq!(
@@ -261,7 +282,7 @@ fn a_reader_rolls_forward_a_transaction_whose_primary_committed() {
         .unwrap();
     let txn = s.client.begin().unwrap();
     assert_eq!(txn.get(b"q").unwrap(), Some(b"q-dead".to_vec()));
-    assert_eq!(txn.scan(b"g", None, 0).unwrap().len(), 2);
+    assert_eq!(txn.scan("g"..).count(), 2);
     let q_region = s.client.cluster().region_for(b"q").storage();
     assert!(
         q_region

@@ -2,6 +2,7 @@
 //! protocol (parallel prewrite, then 1PC, async commit or 2PC).
 
 use std::collections::BTreeMap;
+use std::ops::RangeBounds;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp};
 
 use super::resolver::into_lock;
+use super::scan::{ByteRange, Scan, ScanKind};
 use super::{Backoff, Deadline, Inner, ParallelPrewrite, SecondaryCommits, key};
 use crate::actions::prewrite::{Mutation, PessimisticAction, PrewriteResult, TransactionKind};
 use crate::commands::{Commit, Prewrite, Unlock};
@@ -19,7 +21,7 @@ use crate::{Error, Result};
 
 /// A buffered write.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Op {
+pub(super) enum Op {
     Put(Vec<u8>),
     Delete,
     Insert(Vec<u8>),
@@ -130,83 +132,54 @@ impl<E: Engine> Transaction<E> {
             .collect()
     }
 
-    /// Up to `limit` pairs (0: no limit) with keys in `[start, end)` (`end`
-    /// `None`: unbounded), in key order, own writes included.
-    pub fn scan(
-        &self,
-        start: &[u8],
-        end: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.scan_inner(start, end, limit, false)
+    /// The pairs with keys in `range`, in key order, this transaction's
+    /// own writes included: a lazy iterator that reads the snapshot a batch
+    /// at a time (see [`Scan`]).
+    ///
+    /// Any [`RangeBounds`] over byte keys: `"a".."m"`, `vec![1]..`,
+    /// `&key[..]..=&end[..]`; the whole key space is
+    /// `txn.scan::<&[u8]>(..)`.
+    pub fn scan<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
+        self.scan_with(range, false, false)
     }
 
     /// Like [`scan`](Self::scan), from the end of the range down.
-    pub fn scan_reverse(
-        &self,
-        start: &[u8],
-        end: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.scan_inner(start, end, limit, true)
+    pub fn scan_reverse<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
+        self.scan_with(range, true, false)
     }
 
-    fn scan_inner(
+    /// The keys in `range`, in key order, this transaction's own writes
+    /// included: a [`Scan`] whose values are left empty (and not read).
+    pub fn keys<K: AsRef<[u8]>>(
         &self,
-        start: &[u8],
-        end: Option<&[u8]>,
-        limit: usize,
+        range: impl RangeBounds<K>,
+    ) -> impl Iterator<Item = Result<Vec<u8>>> + '_ {
+        self.scan_with(range, false, true)
+            .map(|pair| pair.map(|(k, _)| k))
+    }
+
+    /// Like [`keys`](Self::keys), from the end of the range down.
+    pub fn keys_reverse<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+    ) -> impl Iterator<Item = Result<Vec<u8>>> + '_ {
+        self.scan_with(range, true, true)
+            .map(|pair| pair.map(|(k, _)| k))
+    }
+
+    fn scan_with<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
         reverse: bool,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        // An empty range; also, `BTreeMap::range` below panics when the
-        // start is past the end.
-        if end.is_some_and(|end| end <= start) {
-            return Ok(Vec::new());
-        }
-        // Own writes can hide snapshot pairs (deletes) or add pairs: read
-        // enough of the snapshot that the limit still holds after merging.
-        let own = self
-            .buffer
-            .range::<[u8], _>((
-                std::ops::Bound::Included(start),
-                end.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
-            ))
-            .filter(|(_, op)| !matches!(op, Op::Lock))
-            .count();
-        let fetch = if limit == 0 { 0 } else { limit + own };
-        let read = self
-            .client
-            .scan(start, end, fetch, reverse, self.start_ts)?;
-        if own == 0 {
-            // Nothing of this transaction's in the range: the snapshot's
-            // pairs, in scan order already.
-            return read.into_iter().map(|(k, v)| Ok((raw(&k)?, v))).collect();
-        }
-        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        for (k, v) in read {
-            merged.insert(raw(&k)?, v);
-        }
-        let in_range = |k: &[u8]| k >= start && end.is_none_or(|e| k < e);
-        for (k, op) in &self.buffer {
-            if !in_range(k) {
-                continue;
-            }
-            match op {
-                Op::Put(v) | Op::Insert(v) => {
-                    merged.insert(k.clone(), v.clone());
-                }
-                Op::Delete => {
-                    merged.remove(k);
-                }
-                Op::Lock => {}
-            }
-        }
-        let take = if limit == 0 { usize::MAX } else { limit };
-        Ok(if reverse {
-            merged.into_iter().rev().take(take).collect()
-        } else {
-            merged.into_iter().take(take).collect()
-        })
+        key_only: bool,
+    ) -> Scan<'_, E> {
+        Scan::new(
+            &self.client,
+            self.start_ts,
+            ByteRange::new(range),
+            ScanKind { reverse, key_only },
+            Some(&self.buffer),
+        )
     }
 
     /// Sets `key` to `value` at commit.
@@ -336,7 +309,7 @@ fn forget<T>(pending: Pending<T>) {
     drop(pending);
 }
 
-fn raw(key: &Key) -> Result<Vec<u8>> {
+pub(super) fn raw(key: &Key) -> Result<Vec<u8>> {
     key.to_raw().map_err(|e| {
         percolate_mvcc::Error::corruption(percolate_engine::Cf::Write, key.as_encoded(), e).into()
     })

@@ -1,0 +1,394 @@
+//! The embedder's API on both engines, three regions: streaming scans
+//! (forward, reverse, keys only, every batch size) against a model with the
+//! transaction's own writes merged in; read-only snapshots at chosen
+//! timestamps; raw key-value access routed across regions.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use percolate::Error;
+use percolate::engine::{Engine, MemoryEngine};
+use percolate::txn::client::{Client, ClientConfig};
+use percolate::txn::cluster::Cluster;
+use percolate::txn::oracle::{LocalOracle, TimestampOracle};
+use percolate::txn::storage::StorageConfig;
+
+/// A client over regions [.., "g"), ["g", "p"), ["p", ..) on `engine`.
+fn client_on<E: Engine>(engine: E, dir: &std::path::Path) -> Client<E> {
+    let oracle = Arc::new(LocalOracle::open(dir).unwrap());
+    let storage = StorageConfig {
+        initial_max_ts: oracle.get_ts().unwrap(),
+        ..Default::default()
+    };
+    let cluster = Cluster::new(engine, vec![b"g".to_vec(), b"p".to_vec()], storage);
+    Client::new(cluster, oracle, ClientConfig::default())
+}
+
+/// Each scenario as a test on the memory engine and one on RocksDB.
+macro_rules! both_engines {
+    ($($name:ident => $scenario:ident;)*) => {
+        mod memory {
+            $(
+                #[test]
+                fn $name() {
+                    let dir = tempfile::tempdir().unwrap();
+                    super::$scenario(&super::client_on(super::MemoryEngine::new(), dir.path()));
+                }
+            )*
+        }
+        mod rocks {
+            $(
+                #[test]
+                fn $name() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let engine = percolate::engine::RocksEngine::open(dir.path().join("db")).unwrap();
+                    super::$scenario(&super::client_on(engine, dir.path()));
+                }
+            )*
+        }
+    };
+}
+
+both_engines! {
+    scans_match_a_model_with_own_writes_at_every_batch_size => scans_match_a_model;
+    a_scan_holds_one_batch_of_a_large_range => a_scan_reads_lazily;
+    snapshots_read_at_their_timestamp => snapshots_read_at_their_timestamp;
+    raw_access_is_routed_across_regions => raw_access_is_routed_across_regions;
+    raw_scans_and_range_deletes_cross_regions => raw_scans_and_range_deletes_cross_regions;
+}
+
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn collect<E: Engine>(scan: percolate::txn::client::Scan<'_, E>) -> Pairs {
+    scan.collect::<Result<Pairs, _>>().unwrap()
+}
+
+/// The model's pairs in `range`, in key order.
+fn expected(model: &BTreeMap<Vec<u8>, Vec<u8>>, range: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> Pairs {
+    if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
+        range
+    {
+        if s > e {
+            return Vec::new();
+        }
+    }
+    model
+        .range::<Vec<u8>, _>((range.0.as_ref(), range.1.as_ref()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Keys a000..z007: eight per letter, across the three regions.
+fn keys() -> Vec<Vec<u8>> {
+    (b'a'..=b'z')
+        .flat_map(|letter| (0..8).map(move |i| format!("{}{i:03}", letter as char).into_bytes()))
+        .collect()
+}
+
+fn scans_match_a_model<E: Engine>(client: &Client<E>) {
+    let mut model = BTreeMap::new();
+    client
+        .with_retry(|txn| {
+            for key in keys() {
+                txn.put(key.clone(), [b"v-".as_slice(), &key].concat());
+            }
+            Ok(())
+        })
+        .unwrap();
+    for key in keys() {
+        model.insert(key.clone(), [b"v-".as_slice(), &key].concat());
+    }
+    let mut txn = client.begin().unwrap();
+    // Own writes: new keys between committed ones and past both ends,
+    // overwrites, deletes (one of a key never written), and a lock, which
+    // writes nothing.
+    for (key, value) in [
+        ("a", "own"),
+        ("c003x", "own"),
+        ("g000", "over"),
+        ("p", "own"),
+        ("zz", "own"),
+    ] {
+        txn.put(key, value);
+        model.insert(key.as_bytes().to_vec(), value.as_bytes().to_vec());
+    }
+    for key in ["b000", "b001", "f007", "g001", "q004", "nothing"] {
+        txn.delete(key);
+        model.remove(key.as_bytes());
+    }
+    txn.lock_keys([b"h003".to_vec()]);
+    let b = |s: &str| s.as_bytes().to_vec();
+    let ranges = [
+        (Bound::Unbounded, Bound::Unbounded),
+        (Bound::Included(b("c")), Bound::Excluded(b("r"))),
+        (Bound::Included(b("f007")), Bound::Included(b("p"))),
+        (Bound::Excluded(b("g000")), Bound::Unbounded),
+        (Bound::Unbounded, Bound::Excluded(b("g"))),
+        (Bound::Included(b("q")), Bound::Excluded(b("c"))),
+    ];
+    for range in &ranges {
+        let ascending = expected(&model, range);
+        let descending: Pairs = ascending.iter().rev().cloned().collect();
+        let bounds = || (range.0.clone(), range.1.clone());
+        assert_eq!(collect(txn.scan(bounds())), ascending, "{range:?}");
+        assert_eq!(collect(txn.scan_reverse(bounds())), descending, "{range:?}");
+        for batch in [1, 2, 3, 7, 64] {
+            assert_eq!(
+                collect(txn.scan(bounds()).batch_size(batch)),
+                ascending,
+                "{range:?} in batches of {batch}"
+            );
+            assert_eq!(
+                collect(txn.scan_reverse(bounds()).batch_size(batch)),
+                descending,
+                "{range:?} reverse in batches of {batch}"
+            );
+        }
+        let keys: Vec<Vec<u8>> = txn.keys(bounds()).collect::<Result<_, _>>().unwrap();
+        assert_eq!(
+            keys,
+            ascending.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>()
+        );
+        let keys: Vec<Vec<u8>> = txn
+            .keys_reverse(bounds())
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            keys,
+            descending
+                .iter()
+                .map(|(k, _)| k.clone())
+                .collect::<Vec<_>>()
+        );
+        // A limit is the iterator's take.
+        let first: Pairs = txn
+            .scan(bounds())
+            .take(5)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(first, ascending.iter().take(5).cloned().collect::<Pairs>());
+    }
+    // The snapshot alone, without own writes, after the commit.
+    let committed: BTreeMap<Vec<u8>, Vec<u8>> = keys()
+        .into_iter()
+        .map(|k| (k.clone(), [b"v-".as_slice(), &k].concat()))
+        .collect();
+    txn.rollback().unwrap();
+    let fresh = client.begin().unwrap();
+    assert_eq!(
+        collect(fresh.scan::<&[u8]>(..).batch_size(5)),
+        expected(&committed, &(Bound::Unbounded, Bound::Unbounded))
+    );
+}
+
+/// A scan of a range much larger than a batch returns its first pairs
+/// without reading the rest: each storage read is bounded by the batch
+/// size, so a reader that stops early never pays for the range.
+fn a_scan_reads_lazily<E: Engine>(client: &Client<E>) {
+    let keys: Vec<Vec<u8>> = (0..3000).map(|i| format!("k{i:05}").into_bytes()).collect();
+    for chunk in keys.chunks(500) {
+        client
+            .with_retry(|txn| {
+                for key in chunk {
+                    txn.put(key.clone(), b"x".to_vec());
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    let txn = client.begin().unwrap();
+    let mut scan = txn.scan::<&[u8]>(..).batch_size(10);
+    for key in keys.iter().take(25) {
+        assert_eq!(scan.next().unwrap().unwrap().0, *key);
+    }
+    // The same for a snapshot, and for the whole range in default batches.
+    let snapshot = client.snapshot_latest().unwrap();
+    assert_eq!(snapshot.scan("k01000"..).count(), 2000);
+    assert_eq!(
+        snapshot
+            .scan_reverse::<&[u8]>(..)
+            .next()
+            .unwrap()
+            .unwrap()
+            .0,
+        b"k02999"
+    );
+}
+
+fn snapshots_read_at_their_timestamp<E: Engine>(client: &Client<E>) {
+    let before_all = client.current_ts().unwrap();
+    let put = |key: &str, value: &str| {
+        let mut txn = client.begin().unwrap();
+        txn.put(key, value);
+        txn.commit().unwrap().commit_ts
+    };
+    let first = put("h", "1");
+    put("a", "x");
+    let second = put("h", "2");
+    let at_first = client.snapshot(first);
+    assert_eq!(at_first.ts(), first);
+    assert_eq!(at_first.get(b"h").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(at_first.get(b"a").unwrap(), None);
+    assert_eq!(
+        client.snapshot(second).get(b"h").unwrap(),
+        Some(b"2".to_vec())
+    );
+    assert_eq!(client.snapshot(before_all).get(b"h").unwrap(), None);
+    // A snapshot of the latest data sees every commit acknowledged before
+    // it (a 1PC commit_ts may be the very next timestamp) and none after.
+    let latest = client.snapshot_latest().unwrap();
+    assert!(latest.ts() >= second);
+    put("q", "3");
+    assert_eq!(
+        latest.batch_get(&[b"q", b"h", b"a"]).unwrap(),
+        vec![None, Some(b"2".to_vec()), Some(b"x".to_vec())]
+    );
+    let pairs: Pairs = latest.scan::<&[u8]>(..).collect::<Result<_, _>>().unwrap();
+    assert_eq!(
+        pairs,
+        vec![
+            (b"a".to_vec(), b"x".to_vec()),
+            (b"h".to_vec(), b"2".to_vec())
+        ]
+    );
+    let keys: Vec<Vec<u8>> = latest
+        .keys_reverse::<&[u8]>(..)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(keys, vec![b"h".to_vec(), b"a".to_vec()]);
+    assert!(client.current_ts().unwrap() > latest.ts());
+}
+
+fn raw_access_is_routed_across_regions<E: Engine>(client: &Client<E>) {
+    let raw = client.raw();
+    // One key per region, and a batch across all three.
+    raw.put("a", "1").unwrap();
+    raw.put("h", "2").unwrap();
+    raw.put("q", "3").unwrap();
+    assert_eq!(raw.get(b"h").unwrap(), Some(b"2".to_vec()));
+    raw.batch_put(vec![
+        (b"z".to_vec(), b"26".to_vec()),
+        (b"b".to_vec(), b"2b".to_vec()),
+        (b"i".to_vec(), b"9".to_vec()),
+    ])
+    .unwrap();
+    assert_eq!(
+        raw.batch_get(&[b"z", b"nothing", b"a", b"i", b"q"])
+            .unwrap(),
+        vec![
+            Some(b"26".to_vec()),
+            None,
+            Some(b"1".to_vec()),
+            Some(b"9".to_vec()),
+            Some(b"3".to_vec())
+        ]
+    );
+    // Raw and transactional data never meet.
+    assert_eq!(client.get_latest(b"a").unwrap(), None);
+    client
+        .with_retry(|txn| {
+            txn.put(b"a", b"txn");
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(raw.get(b"a").unwrap(), Some(b"1".to_vec()));
+    // Compare and swap: on the value found, absent, and to a delete.
+    assert_eq!(
+        raw.compare_and_swap(b"h", Some(b"wrong"), Some(b"x"))
+            .unwrap(),
+        (false, Some(b"2".to_vec()))
+    );
+    assert_eq!(
+        raw.compare_and_swap(b"h", Some(b"2"), Some(b"x")).unwrap(),
+        (true, Some(b"2".to_vec()))
+    );
+    assert_eq!(
+        raw.compare_and_swap(b"new", None, Some(b"n")).unwrap(),
+        (true, None)
+    );
+    assert_eq!(
+        raw.compare_and_swap(b"new", None, Some(b"again")).unwrap(),
+        (false, Some(b"n".to_vec()))
+    );
+    assert_eq!(
+        raw.compare_and_swap(b"new", Some(b"n"), None).unwrap(),
+        (true, Some(b"n".to_vec()))
+    );
+    assert_eq!(raw.get(b"new").unwrap(), None);
+    raw.delete("q").unwrap();
+    raw.batch_delete(vec![b"a".to_vec(), b"z".to_vec()])
+        .unwrap();
+    assert_eq!(
+        raw.batch_get(&[b"a", b"b", b"h", b"i", b"q", b"z"])
+            .unwrap(),
+        vec![
+            None,
+            Some(b"2b".to_vec()),
+            Some(b"x".to_vec()),
+            Some(b"9".to_vec()),
+            None,
+            None
+        ]
+    );
+    // An empty key is refused.
+    assert!(matches!(
+        raw.put("", "v"),
+        Err(Error::InvalidRequest { .. })
+    ));
+}
+
+fn raw_scans_and_range_deletes_cross_regions<E: Engine>(client: &Client<E>) {
+    let raw = client.raw();
+    let mut model = BTreeMap::new();
+    let pairs: Pairs = keys()
+        .into_iter()
+        .map(|k| (k.clone(), [b"r-".as_slice(), &k].concat()))
+        .collect();
+    raw.batch_put(pairs.clone()).unwrap();
+    model.extend(pairs);
+    let b = |s: &str| s.as_bytes().to_vec();
+    let ranges = [
+        (Bound::Unbounded, Bound::Unbounded),
+        (Bound::Included(b("c")), Bound::Excluded(b("r"))),
+        (Bound::Excluded(b("g000")), Bound::Included(b("p003"))),
+    ];
+    for range in &ranges {
+        let ascending = expected(&model, range);
+        let descending: Pairs = ascending.iter().rev().cloned().collect();
+        let bounds = || (range.0.clone(), range.1.clone());
+        for batch in [1, 3, 1000] {
+            let forward: Pairs = raw
+                .scan(bounds())
+                .batch_size(batch)
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert_eq!(forward, ascending, "{range:?} in batches of {batch}");
+            let reverse: Pairs = raw
+                .scan_reverse(bounds())
+                .batch_size(batch)
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert_eq!(
+                reverse, descending,
+                "{range:?} reverse in batches of {batch}"
+            );
+        }
+    }
+    // A bounded deletion across the first two regions, then an unbounded
+    // one across the last two.
+    raw.delete_range("e003"..="h001").unwrap();
+    model
+        .retain(|k, _| !(k.as_slice() >= b"e003".as_slice() && k.as_slice() <= b"h001".as_slice()));
+    let all: Pairs = raw.scan::<&[u8]>(..).collect::<Result<_, _>>().unwrap();
+    assert_eq!(all, expected(&model, &(Bound::Unbounded, Bound::Unbounded)));
+    raw.delete_range("o005"..).unwrap();
+    model.retain(|k, _| k.as_slice() < b"o005".as_slice());
+    let all: Pairs = raw.scan::<&[u8]>(..).collect::<Result<_, _>>().unwrap();
+    assert_eq!(all, expected(&model, &(Bound::Unbounded, Bound::Unbounded)));
+    assert_eq!(all.last().unwrap().0, b"o004");
+    // An empty range deletes nothing.
+    raw.delete_range("c".."c").unwrap();
+    raw.delete_range("zzz"..).unwrap();
+    assert_eq!(raw.scan::<&[u8]>(..).count(), model.len());
+}

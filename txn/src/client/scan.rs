@@ -1,0 +1,338 @@
+//! Streaming range reads: [`Scan`], the iterator behind
+//! [`Transaction::scan`](super::Transaction::scan),
+//! [`Snapshot::scan`](super::Snapshot::scan) and their reverse and key-only
+//! forms.
+//!
+//! A scan reads the snapshot a batch at a time, region after region, and
+//! holds one batch at once: a scan over a million keys costs the memory of
+//! a batch, not of the range. A transaction's own buffered writes are
+//! merged in as the scan passes them (its puts added or put over the
+//! snapshot's value, its deletes hiding the snapshot's pair).
+
+use std::collections::btree_map;
+use std::ops::{Bound, RangeBounds};
+
+use percolate_engine::{Engine, RocksEngine};
+use percolate_mvcc::TimeStamp;
+
+use super::Inner;
+use super::transaction::{Op, raw};
+use crate::Result;
+
+/// Pairs the first storage read of a scan fetches by default; each later
+/// read fetches twice as many as the one before, up to
+/// [`MAX_BATCH`].
+pub const FIRST_BATCH: usize = 32;
+
+/// The most pairs one storage read of a scan fetches, unless
+/// [`Scan::batch_size`] says otherwise.
+pub const MAX_BATCH: usize = 1024;
+
+/// A byte range as the storage reads it: an inclusive start (empty: from
+/// the first key) and an exclusive end (`None`: to the last key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ByteRange {
+    pub(crate) start: Vec<u8>,
+    pub(crate) end: Option<Vec<u8>>,
+}
+
+impl ByteRange {
+    /// The range `range` covers, whatever its bound kinds: the key right
+    /// after `k` is `k` followed by a zero byte.
+    pub(crate) fn new<K: AsRef<[u8]>>(range: impl RangeBounds<K>) -> ByteRange {
+        let after = |k: &[u8]| {
+            let mut next = Vec::with_capacity(k.len() + 1);
+            next.extend_from_slice(k);
+            next.push(0);
+            next
+        };
+        let start = match range.start_bound() {
+            Bound::Included(k) => k.as_ref().to_vec(),
+            Bound::Excluded(k) => after(k.as_ref()),
+            Bound::Unbounded => Vec::new(),
+        };
+        let end = match range.end_bound() {
+            Bound::Included(k) => Some(after(k.as_ref())),
+            Bound::Excluded(k) => Some(k.as_ref().to_vec()),
+            Bound::Unbounded => None,
+        };
+        ByteRange { start, end }
+    }
+
+    /// Whether no key is in the range.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.end.as_ref().is_some_and(|end| *end <= self.start)
+    }
+
+    /// The range as `BTreeMap::range` takes it (which panics on a start
+    /// past the end: check [`is_empty`](Self::is_empty) first).
+    fn bounds(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
+        (
+            Bound::Included(self.start.as_slice()),
+            self.end
+                .as_deref()
+                .map_or(Bound::Unbounded, Bound::Excluded),
+        )
+    }
+}
+
+/// Which way a scan walks its range, and what it returns of each pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ScanKind {
+    pub(crate) reverse: bool,
+    pub(crate) key_only: bool,
+}
+
+/// A lazy range read at one snapshot, in key order or from the end of the
+/// range down: an iterator of `(key, value)` pairs (values empty for a
+/// key-only scan), each a [`Result`]. After an error it returns nothing
+/// more.
+///
+/// Nothing is read until the first call to `next`. Each storage read
+/// fetches a batch: [`FIRST_BATCH`] pairs, then twice as many each time,
+/// up to [`MAX_BATCH`]; a scan that will take only a few pairs can say so
+/// with [`batch_size`](Self::batch_size), so that it reads no more than
+/// it returns. A limit is the iterator's `take`.
+///
+/// Locks met on the way are resolved as any read resolves them (waiting
+/// for live transactions up to the client's `resolve_timeout`).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let client = percolate_txn::client::Client::open(dir.path())?;
+/// let mut txn = client.begin()?;
+/// for i in 0..10u8 {
+///     txn.put(vec![b'k', i], vec![i]);
+/// }
+/// txn.commit()?;
+///
+/// let txn = client.begin()?;
+/// // The first three keys from k\x04 on.
+/// let first: Vec<(Vec<u8>, Vec<u8>)> = txn
+///     .scan(vec![b'k', 4]..)
+///     .take(3)
+///     .collect::<Result<_, _>>()?;
+/// assert_eq!(first[0], (vec![b'k', 4], vec![4]));
+/// assert_eq!(first.len(), 3);
+/// // Keys only, from the end down.
+/// let last = txn.keys_reverse::<&[u8]>(..).next().transpose()?;
+/// assert_eq!(last, Some(vec![b'k', 9]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Scan<'a, E: Engine = RocksEngine> {
+    client: &'a Inner<E>,
+    ts: TimeStamp,
+    kind: ScanKind,
+    /// What the snapshot has not returned yet: forward, from its start on;
+    /// reverse, below its end.
+    left: ByteRange,
+    /// The snapshot has nothing more in `left`.
+    drained: bool,
+    /// Pairs of the last batch not returned yet, the next one last.
+    batch: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The size of the next batch.
+    next_batch: usize,
+    /// The largest batch.
+    max_batch: usize,
+    /// The transaction's own writes in the range, and the next one.
+    own: Option<btree_map::Range<'a, Vec<u8>, Op>>,
+    own_next: Option<(&'a Vec<u8>, &'a Op)>,
+    failed: bool,
+}
+
+impl<E: Engine> std::fmt::Debug for Scan<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scan")
+            .field("ts", &self.ts)
+            .field("reverse", &self.kind.reverse)
+            .field("key_only", &self.kind.key_only)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, E: Engine> Scan<'a, E> {
+    /// A scan of `range` at `ts`, with `own` writes merged in.
+    pub(super) fn new(
+        client: &'a Inner<E>,
+        ts: TimeStamp,
+        range: ByteRange,
+        kind: ScanKind,
+        own: Option<&'a btree_map::BTreeMap<Vec<u8>, Op>>,
+    ) -> Self {
+        let empty = range.is_empty();
+        let own = own
+            .filter(|own| !empty && !own.is_empty())
+            .map(|own| own.range::<[u8], _>(range.bounds()));
+        Scan {
+            client,
+            ts,
+            kind,
+            left: range,
+            drained: empty,
+            batch: Vec::new(),
+            next_batch: FIRST_BATCH,
+            max_batch: MAX_BATCH,
+            own,
+            own_next: None,
+            failed: false,
+        }
+        .with_own_advanced()
+    }
+
+    /// Reads `n` pairs per storage read (at least one): the size to give a
+    /// scan that will take `n` pairs, so that it reads no more than it
+    /// returns. A transaction's own deletes can make it read more batches.
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.next_batch = n.max(1);
+        self.max_batch = n.max(1);
+        self
+    }
+
+    fn with_own_advanced(mut self) -> Self {
+        self.advance_own();
+        self
+    }
+
+    /// Moves to the transaction's next own write (locks aside: they write
+    /// nothing).
+    fn advance_own(&mut self) {
+        self.own_next = None;
+        let Some(own) = &mut self.own else {
+            return;
+        };
+        loop {
+            let next = if self.kind.reverse {
+                own.next_back()
+            } else {
+                own.next()
+            };
+            match next {
+                Some((_, Op::Lock)) => continue,
+                other => {
+                    self.own_next = other;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads the next batch of the snapshot.
+    fn fill(&mut self) -> Result<()> {
+        let limit = self.next_batch;
+        self.next_batch = (self.next_batch * 2).min(self.max_batch);
+        let pairs = self.client.scan(
+            &self.left.start,
+            self.left.end.as_deref(),
+            limit,
+            self.kind,
+            self.ts,
+        )?;
+        if pairs.len() < limit {
+            self.drained = true;
+        }
+        let mut batch = pairs
+            .into_iter()
+            .map(|(k, v)| Ok((raw(&k)?, v)))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some((last, _)) = batch.last() {
+            if self.kind.reverse {
+                self.left.end = Some(last.clone());
+            } else {
+                self.left.start.clear();
+                self.left.start.extend_from_slice(last);
+                self.left.start.push(0);
+            }
+        }
+        batch.reverse();
+        self.batch = batch;
+        Ok(())
+    }
+
+    /// Whether `own` comes before `snapshot` in scan order.
+    fn before(&self, own: &[u8], snapshot: &[u8]) -> std::cmp::Ordering {
+        if self.kind.reverse {
+            snapshot.cmp(own)
+        } else {
+            own.cmp(snapshot)
+        }
+    }
+
+    fn pair(&self, key: Vec<u8>, value: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
+        if self.kind.key_only {
+            (key, Vec::new())
+        } else {
+            (key, value)
+        }
+    }
+}
+
+impl<E: Engine> Iterator for Scan<'_, E> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        use std::cmp::Ordering;
+        loop {
+            if self.failed {
+                return None;
+            }
+            if self.batch.is_empty() && !self.drained {
+                if let Err(e) = self.fill() {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+            let own = self.own_next;
+            let take_own = match (self.batch.last(), own) {
+                (None, None) => return None,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((snapshot, _)), Some((own, _))) => match self.before(own, snapshot) {
+                    Ordering::Less => true,
+                    // The transaction's own write replaces the snapshot's.
+                    Ordering::Equal => {
+                        self.batch.pop();
+                        true
+                    }
+                    Ordering::Greater => false,
+                },
+            };
+            if !take_own {
+                let (key, value) = self.batch.pop()?;
+                return Some(Ok(self.pair(key, value)));
+            }
+            self.advance_own();
+            match own {
+                Some((key, Op::Put(value) | Op::Insert(value))) => {
+                    return Some(Ok(self.pair(key.clone(), value.clone())));
+                }
+                // A delete hides the key; a lock is skipped by advance_own.
+                _ => continue,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_of_every_bound_kind_become_start_and_end() {
+        let r = |start: &[u8], end: Option<&[u8]>| ByteRange {
+            start: start.to_vec(),
+            end: end.map(<[u8]>::to_vec),
+        };
+        assert_eq!(ByteRange::new::<&[u8]>(..), r(b"", None));
+        assert_eq!(ByteRange::new(&b"a"[..]..&b"c"[..]), r(b"a", Some(b"c")));
+        assert_eq!(ByteRange::new("a"..="c"), r(b"a", Some(b"c\0")));
+        assert_eq!(ByteRange::new("b"..), r(b"b", None));
+        assert_eq!(ByteRange::new(..="b"), r(b"", Some(b"b\0")));
+        assert_eq!(
+            ByteRange::new::<&str>((Bound::Excluded("a"), Bound::Unbounded)),
+            r(b"a\0", None)
+        );
+        assert!(ByteRange::new("c".."a").is_empty());
+        assert!(ByteRange::new("a".."a").is_empty());
+        assert!(!ByteRange::new("a"..="a").is_empty());
+    }
+}

@@ -1,0 +1,132 @@
+//! Read-only snapshots: every read at one timestamp, nothing to commit.
+
+use std::ops::RangeBounds;
+use std::sync::Arc;
+
+use percolate_engine::{Engine, RocksEngine};
+use percolate_mvcc::TimeStamp;
+
+use super::Inner;
+use super::scan::{ByteRange, Scan, ScanKind};
+use super::transaction::raw;
+use crate::Result;
+use crate::read::ReadOptions;
+
+/// A read-only view of the data as of one timestamp: what every
+/// transaction that committed at or below it wrote, and nothing else.
+/// Taken with [`Client::snapshot`](super::Client::snapshot) (at a chosen
+/// timestamp) or [`Client::snapshot_latest`](super::Client::snapshot_latest)
+/// (at a fresh one). Cheap to keep and to clone; reads from many threads
+/// at once are fine.
+///
+/// A read of a snapshot at a timestamp from the oracle raises the regions'
+/// `max_ts` as any read does, so that no transaction can commit below it
+/// afterwards: the snapshot's answers never change.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # let client = percolate_txn::client::Client::open(dir.path())?;
+/// client.with_retry(|txn| {
+///     txn.put(b"k", b"old");
+///     Ok(())
+/// })?;
+/// let before = client.snapshot_latest()?;
+/// client.with_retry(|txn| {
+///     txn.put(b"k", b"new");
+///     Ok(())
+/// })?;
+/// assert_eq!(before.get(b"k")?, Some(b"old".to_vec()));
+/// assert_eq!(client.snapshot_latest()?.get(b"k")?, Some(b"new".to_vec()));
+/// let pairs: Vec<_> = before.scan("a".."z").collect::<Result<_, _>>()?;
+/// assert_eq!(pairs, vec![(b"k".to_vec(), b"old".to_vec())]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Snapshot<E: Engine = RocksEngine> {
+    client: Arc<Inner<E>>,
+    ts: TimeStamp,
+}
+
+impl<E: Engine> Clone for Snapshot<E> {
+    fn clone(&self) -> Self {
+        Snapshot {
+            client: self.client.clone(),
+            ts: self.ts,
+        }
+    }
+}
+
+impl<E: Engine> std::fmt::Debug for Snapshot<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot").field("ts", &self.ts).finish()
+    }
+}
+
+impl<E: Engine> Snapshot<E> {
+    pub(super) fn new(client: Arc<Inner<E>>, ts: TimeStamp) -> Self {
+        Snapshot { client, ts }
+    }
+
+    /// The timestamp the snapshot reads at.
+    pub fn ts(&self) -> TimeStamp {
+        self.ts
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.client.get(key, self.ts, &ReadOptions::default())
+    }
+
+    /// The values of `keys`, in the order asked (`None` where a key does
+    /// not exist).
+    pub fn batch_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut found = std::collections::HashMap::with_capacity(keys.len());
+        for (k, v) in self.client.batch_get(keys, self.ts)? {
+            found.insert(raw(&k)?, v);
+        }
+        Ok(keys.iter().map(|k| found.remove(*k)).collect())
+    }
+
+    /// The pairs with keys in `range`, in key order: a lazy iterator (see
+    /// [`Scan`]).
+    pub fn scan<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
+        self.scan_with(range, false, false)
+    }
+
+    /// Like [`scan`](Self::scan), from the end of the range down.
+    pub fn scan_reverse<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
+        self.scan_with(range, true, false)
+    }
+
+    /// The keys in `range`, in key order, values not read.
+    pub fn keys<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+    ) -> impl Iterator<Item = Result<Vec<u8>>> + '_ {
+        self.scan_with(range, false, true)
+            .map(|pair| pair.map(|(k, _)| k))
+    }
+
+    /// Like [`keys`](Self::keys), from the end of the range down.
+    pub fn keys_reverse<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+    ) -> impl Iterator<Item = Result<Vec<u8>>> + '_ {
+        self.scan_with(range, true, true)
+            .map(|pair| pair.map(|(k, _)| k))
+    }
+
+    fn scan_with<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+        reverse: bool,
+        key_only: bool,
+    ) -> Scan<'_, E> {
+        Scan::new(
+            &self.client,
+            self.ts,
+            ByteRange::new(range),
+            ScanKind { reverse, key_only },
+            None,
+        )
+    }
+}
