@@ -1,25 +1,19 @@
-//! Writes, commits and reads a small transaction through the MVCC layer on
-//! RocksDB, printing every record it leaves on disk.
+//! Percolate as an application embeds it: open a directory, run
+//! transactions, scan, read a snapshot, use the raw key-value space, and
+//! handle the errors a caller meets.
 //!
 //! ```text
 //! cargo run --example quickstart [DATA_DIR]
 //! ```
 //!
 //! Without `DATA_DIR` it works in a temporary directory that is removed at
-//! the end. The transaction steps here are spelled out record by record (a
-//! prewrite puts locks, a commit turns them into write records); the
-//! `percolate-txn` actions wrap exactly these steps with their checks.
+//! the end. (`examples/mvcc_by_hand.rs` shows the records underneath, one
+//! prewrite and commit at a time.)
 
 use std::process::ExitCode;
 
-use percolate::engine::{
-    Cf, Engine, EngineIterator, IterOptions, RocksEngine, Snapshot, WriteOptions,
-};
-use percolate::mvcc::{
-    Error, Key, Lock, LockType, MvccReader, MvccTxn, PointGetterBuilder, ScannerBuilder, TimeStamp,
-    Write, WriteType,
-};
-use percolate::txn::actions::mvcc_by_key::mvcc_by_key;
+use percolate::mvcc::Error as MvccError;
+use percolate::{Client, Error};
 
 fn main() -> ExitCode {
     match run() {
@@ -32,135 +26,83 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let engine = match std::env::args_os().nth(1) {
-        Some(dir) => RocksEngine::open(dir)?,
-        None => RocksEngine::open_temporary()?,
+    let temp = tempfile::tempdir()?;
+    let dir = match std::env::args_os().nth(1) {
+        Some(dir) => dir.into(),
+        None => temp.path().to_path_buf(),
     };
-    println!("RocksDB at {}", engine.path().display());
+    // RocksDB under DIR/db; the timestamp oracle's state beside it. The
+    // client holds the directory until it is dropped.
+    let client = Client::open(&dir)?;
 
-    let start_ts = TimeStamp::compose(1_700_000_000_000, 0);
-    let commit_ts = TimeStamp::compose(1_700_000_000_000, 5);
-    let long_value = vec![b'x'; 1000];
-    let mutations: [(&[u8], &[u8]); 3] = [
-        (b"alice", b"100"),
-        (b"bob", b"250"),
-        (b"carol", &long_value),
-    ];
+    // A transaction: reads see one snapshot, writes are buffered and
+    // committed atomically. `with_retry` runs the closure again after a
+    // conflict with another transaction.
+    client.with_retry(|txn| {
+        txn.put(b"account/alice", b"100");
+        txn.put(b"account/bob", b"50");
+        txn.put(b"account/carol", b"0");
+        Ok(())
+    })?;
 
-    // Prewrite: lock every key; the first one is the primary.
-    let primary = mutations[0].0.to_vec();
-    let mut txn = MvccTxn::new(start_ts);
-    for (raw, value) in mutations {
-        let key = Key::from_raw(raw);
-        let mut lock = Lock::new(LockType::Put, primary.clone(), start_ts, 3000);
-        if percolate::mvcc::is_short_value(value) {
-            lock.short_value = Some(value.to_vec());
-        } else {
-            txn.put_value(key.clone(), start_ts, value.to_vec());
-        }
-        txn.put_lock(key, &lock);
+    // Move 30 from alice to bob: read, then write, in one transaction.
+    client.with_retry(|txn| {
+        let alice = balance(txn.get(b"account/alice")?);
+        let bob = balance(txn.get(b"account/bob")?);
+        txn.put(b"account/alice", (alice - 30).to_string());
+        txn.put(b"account/bob", (bob + 30).to_string());
+        Ok(())
+    })?;
+
+    // A scan is a lazy iterator over any range of byte keys.
+    let txn = client.begin()?;
+    for pair in txn.scan("account/".."account0") {
+        let (key, value) = pair?;
+        println!(
+            "{} = {}",
+            String::from_utf8_lossy(&key),
+            String::from_utf8_lossy(&value)
+        );
     }
-    engine.write(&txn.into_write_batch(), WriteOptions::durable())?;
-    println!("prewritten at start_ts {start_ts}");
+    let total: u64 = txn
+        .scan("account/".."account0")
+        .map(|pair| pair.map(|(_, v)| balance(Some(v))))
+        .sum::<Result<u64, Error>>()?;
+    println!("total: {total}");
+    drop(txn);
 
-    // A reader after start_ts cannot tell yet whether the txn commits.
-    let later = commit_ts.next();
-    match PointGetterBuilder::new(engine.snapshot(), later)
-        .build()
-        .get(&Key::from_raw(b"bob"))
-    {
-        Err(Error::KeyIsLocked(info)) => println!(
-            "read of bob at {later}: locked by txn {} (primary {})",
-            info.lock_version,
-            String::from_utf8_lossy(&info.primary_lock)
-        ),
-        other => return Err(format!("expected a lock on bob, got {other:?}").into()),
-    }
-
-    // Commit: the primary first (the commit point), then the secondaries.
-    for (raw, _) in mutations {
-        commit(&engine, &Key::from_raw(raw), start_ts, commit_ts)?;
-    }
-    println!("committed at commit_ts {commit_ts}");
-
-    // Reads before and after the commit_ts.
-    let mut before = PointGetterBuilder::new(engine.snapshot(), start_ts).build();
-    let mut after = PointGetterBuilder::new(engine.snapshot(), later).build();
-    for (raw, value) in mutations {
-        let key = Key::from_raw(raw);
-        assert_eq!(before.get(&key)?, None);
-        assert_eq!(after.get(&key)?.as_deref(), Some(value));
-    }
-    println!("reads at {start_ts} see nothing; reads at {later} see all three values");
-
-    let mut scanner = ScannerBuilder::new(engine.snapshot(), later)
-        .reverse(true)
-        .build()?;
-    print!("reverse scan:");
-    while let Some((key, value)) = scanner.next()? {
-        print!(" {}={}B", key, value.len());
-    }
-    println!();
-
-    dump(&engine)?;
-    Ok(())
-}
-
-fn commit(
-    engine: &RocksEngine,
-    key: &Key,
-    start_ts: TimeStamp,
-    commit_ts: TimeStamp,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let mut reader = MvccReader::new(engine.snapshot());
-    let lock = reader
-        .load_lock(key)?
-        .filter(|lock| lock.ts == start_ts)
-        .ok_or_else(|| format!("lock on {key} is gone"))?;
-    let write_type = WriteType::from_lock_type(lock.lock_type).ok_or("not a committable lock")?;
-    let mut txn = MvccTxn::new(start_ts);
-    txn.put_write(
-        key.clone(),
-        commit_ts,
-        &Write::new(write_type, start_ts, lock.short_value),
+    // A snapshot keeps reading the data as of its timestamp.
+    let before = client.snapshot_latest()?;
+    client.with_retry(|txn| {
+        txn.delete(b"account/carol");
+        Ok(())
+    })?;
+    println!(
+        "carol then: {:?}, now: {:?}",
+        before.get(b"account/carol")?.map(String::from_utf8),
+        client.get_latest(b"account/carol")?
     );
-    txn.unlock_key(key.clone());
-    engine.write(&txn.into_write_batch(), WriteOptions::durable())?;
+
+    // An insert of a key that exists fails at commit with a typed error.
+    let mut txn = client.begin()?;
+    txn.insert(b"account/alice", b"1");
+    match txn.commit() {
+        Err(Error::Mvcc(MvccError::AlreadyExist { key, .. })) => {
+            println!("insert refused: {key:?} exists")
+        }
+        other => println!("insert: {other:?}"),
+    }
+
+    // Raw key-value access: no transactions, a space of its own.
+    let raw = client.raw();
+    raw.put("hits", "1")?;
+    let (swapped, _) = raw.compare_and_swap(b"hits", Some(b"1"), Some(b"2"))?;
+    println!("raw hits swapped: {swapped}, now {:?}", raw.get(b"hits")?);
     Ok(())
 }
 
-/// Prints every record of every CF as stored (hex), then each key's
-/// records decoded, as `percolate-txn`'s MvccByKey debug view shows them.
-fn dump(engine: &RocksEngine) -> Result<(), Box<dyn std::error::Error>> {
-    let snapshot = engine.snapshot();
-    let mut keys = std::collections::BTreeSet::new();
-    println!("stored records (key bytes as on disk, without the `z` data prefix):");
-    for cf in Cf::ALL {
-        let mut it = snapshot.iter(cf, IterOptions::new())?;
-        let mut valid = it.seek_to_first()?;
-        while valid {
-            let user = match cf {
-                Cf::Lock => it.key(),
-                _ => Key::split_on_ts_for(it.key())?.0,
-            };
-            keys.insert(Key::from_encoded_slice(user));
-            println!(
-                "  {cf:>7} {} ({} value bytes)",
-                hex(it.key()),
-                it.value().len()
-            );
-            valid = it.next()?;
-        }
-    }
-    let mut reader = MvccReader::new(snapshot);
-    for key in keys {
-        println!("{key}:");
-        for line in mvcc_by_key(&mut reader, &key)?.to_string().lines() {
-            println!("  {line}");
-        }
-    }
-    Ok(())
-}
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+fn balance(value: Option<Vec<u8>>) -> u64 {
+    value
+        .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
+        .unwrap_or(0)
 }

@@ -72,6 +72,6 @@ pub use percolate_mvcc as mvcc;
 pub use percolate_txn as txn;
 pub use percolate_txn::client::{
     Client, ClientConfig, CommitInfo, CommitProtocol, OpenOptions, ParallelPrewrite,
-    PessimisticTransaction, SecondaryCommits, Transaction,
+    PessimisticTransaction, RawClient, RawScanIter, Scan, SecondaryCommits, Snapshot, Transaction,
 };
 pub use percolate_txn::{Error, Result};
