@@ -42,6 +42,20 @@ pub enum Error {
         /// The bytes found.
         value: Vec<u8>,
     },
+    /// RocksDB found damaged files when opening the database: most often a
+    /// write-ahead-log record with a bad checksum before the log's end.
+    /// Opening anyway would drop that record and everything after it
+    /// (commits that were acknowledged), so the engine refuses; a torn last
+    /// record (a write cut short by a power loss) is not this error, it is
+    /// dropped as never acknowledged. Restore the directory from a backup,
+    /// or salvage it with RocksDB's own tools.
+    #[error("damaged database files in {}: {detail}", path.display())]
+    CorruptedAtOpen {
+        /// The database directory.
+        path: std::path::PathBuf,
+        /// What RocksDB reported.
+        detail: String,
+    },
     /// A fault injected by a test engine.
     #[error("injected fault: {reason}")]
     Injected {
