@@ -68,10 +68,12 @@
 //! ```
 
 pub use percolate_engine as engine;
+pub use percolate_engine::Durability;
 pub use percolate_mvcc as mvcc;
 pub use percolate_txn as txn;
 pub use percolate_txn::client::{
-    Client, ClientConfig, CommitInfo, CommitProtocol, OpenOptions, ParallelPrewrite,
-    PessimisticTransaction, RawClient, RawScanIter, Scan, SecondaryCommits, Snapshot, Transaction,
+    Client, ClientConfig, CommitInfo, CommitOptions, CommitProtocol, Keys, OpenOptions,
+    ParallelPrewrite, PessimisticTransaction, RawClient, RawScanIter, Scan, SecondaryCommits,
+    Snapshot, Transaction,
 };
 pub use percolate_txn::{Error, Result};

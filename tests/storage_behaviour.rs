@@ -974,6 +974,7 @@ fn n2_disjoint_keys_run_in_parallel<E: Engine>(f: StorageFixture<E>) {
 fn n4_latch_wait_respects_the_deadline<E: Engine>(f: StorageFixture<E>) {
     let options = CommandOptions {
         max_execution_duration: Some(Duration::from_millis(100)),
+        ..Default::default()
     };
     let rollback = || BatchRollback {
         keys: vec![key(b"a"), key(b"b"), key(b"c")],

@@ -46,7 +46,7 @@ const SHARDS: usize = 64;
 const SLOTS_PER_SHARD: usize = 1024;
 
 /// Words of a key held inline: encoded keys of up to 56 bytes (raw keys of
-/// up to 48 bytes) can have hints.
+/// up to 47 bytes) can have hints.
 const KEY_WORDS: usize = 7;
 
 /// The epoch of a slot whose version is noted but not written yet.

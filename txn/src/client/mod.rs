@@ -42,9 +42,9 @@ use percolate_mvcc::{Key, TimeStamp};
 use self::heartbeat::HeartBeats;
 pub use self::pessimistic::PessimisticTransaction;
 pub use self::raw::{RawClient, RawScanIter};
-pub use self::scan::{FIRST_BATCH, MAX_BATCH, Scan};
+pub use self::scan::{FIRST_BATCH, Keys, MAX_BATCH, Scan};
 pub use self::snapshot::Snapshot;
-pub use self::transaction::{CommitInfo, CommitProtocol, Transaction};
+pub use self::transaction::{CommitInfo, CommitOptions, CommitProtocol, Transaction};
 use crate::cluster::Cluster;
 use crate::concurrency_manager::MaxTsLimit;
 use crate::oracle::{LocalOracle, TimestampOracle};
@@ -89,6 +89,13 @@ pub struct ClientConfig {
     /// still alive (and waits again until `resolve_timeout`). Defaults to
     /// 1 s, TiKV's `wait-for-lock-timeout`.
     pub lock_wait_timeout: Duration,
+    /// How every commit's writes reach the disk unless
+    /// [`CommitOptions::durability`] says otherwise: `Some(Sync)`, durable
+    /// on disk when `commit` returns (survives a power loss);
+    /// `Some(Buffered)`, in the operating system's buffers (survives a
+    /// crash of the process only). Defaults to `None`: each region's own
+    /// ([`StorageConfig`]'s scheduler durability, buffered unless set).
+    pub durability: Option<percolate_engine::Durability>,
 }
 
 /// Whether a transaction's prewrite batches run at once (TiKV's parallel
@@ -149,6 +156,7 @@ impl Default for ClientConfig {
             parallel_prewrite: ParallelPrewrite::default(),
             secondary_commits: SecondaryCommits::default(),
             lock_wait_timeout: Duration::from_secs(1),
+            durability: None,
         }
     }
 }

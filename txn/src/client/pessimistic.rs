@@ -9,8 +9,8 @@ use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp, WriteConflictReason};
 
 use super::resolver::into_lock;
-use super::scan::Scan;
-use super::transaction::{CommitInfo, Pessimism, Transaction};
+use super::scan::{Keys, Scan};
+use super::transaction::{CommitInfo, CommitOptions, Pessimism, Transaction};
 use super::{Backoff, Deadline, Inner, key};
 use crate::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
 use crate::commands::{AcquirePessimisticLock, PessimisticRollback, Unlock};
@@ -122,10 +122,7 @@ impl<E: Engine> PessimisticTransaction<E> {
 
     /// The keys in `range` at the snapshot, own writes included; locks
     /// nothing.
-    pub fn keys<K: AsRef<[u8]>>(
-        &self,
-        range: impl RangeBounds<K>,
-    ) -> impl Iterator<Item = Result<Vec<u8>>> + '_ {
+    pub fn keys<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
         self.txn.keys(range)
     }
 
@@ -181,11 +178,17 @@ impl<E: Engine> PessimisticTransaction<E> {
     /// pessimistic lock, then committed as an optimistic transaction is
     /// (see [`Transaction::commit`]). On error nothing is visible and the
     /// locks are released.
-    pub fn commit(mut self) -> Result<CommitInfo> {
+    pub fn commit(self) -> Result<CommitInfo> {
+        self.commit_with(CommitOptions::default())
+    }
+
+    /// Commits as [`commit`](Self::commit) does, with `options` (see
+    /// [`CommitOptions`]).
+    pub fn commit_with(mut self, options: CommitOptions) -> Result<CommitInfo> {
         self.finished = true;
         let Some(primary) = self.primary.clone() else {
             // Nothing locked, so nothing written.
-            return self.txn.commit_buffer(None);
+            return self.txn.commit_buffer(None, options);
         };
         // Refused before anything is sent: nothing was prewritten, so the
         // pessimistic locks are released here.
@@ -201,7 +204,7 @@ impl<E: Engine> PessimisticTransaction<E> {
         // the commit prewrites them all, and on a failure before its commit
         // point unlocks them all (and on a failure after it, leaves them to
         // be rolled forward).
-        let outcome = self.txn.commit_buffer(Some(pessimism));
+        let outcome = self.txn.commit_buffer(Some(pessimism), options);
         self.txn.client().heartbeats.stop(self.start_ts());
         outcome
     }

@@ -97,7 +97,7 @@ impl<E: Engine> RawClient<E> {
             let storage = self.client.cluster.regions()[index].storage();
             found.extend(storage.raw_batch_get(group)?);
         }
-        Ok(keys.iter().map(|k| found.remove(*k)).collect())
+        Ok(keys.iter().map(|k| found.get(*k).cloned()).collect())
     }
 
     /// Sets `key` to `value`.
@@ -139,7 +139,11 @@ impl<E: Engine> RawClient<E> {
         let mut range = ByteRange::new(range);
         if range.end.is_none() {
             // A range deletion needs an end: just past the last key now.
-            match self.scan_reverse(range.start.as_slice()..).next() {
+            match self
+                .scan_reverse(range.start.as_slice()..)
+                .batch_size(1)
+                .next()
+            {
                 Some(last) => {
                     let mut end = last?.0;
                     end.push(0);
@@ -233,7 +237,7 @@ impl<'a, E: Engine> RawScanIter<'a, E> {
 
     fn fill(&mut self) -> Result<()> {
         let limit = self.next_batch;
-        self.next_batch = (self.next_batch * 2).min(self.max_batch);
+        self.next_batch = self.next_batch.saturating_mul(2).min(self.max_batch);
         let cluster = &self.raw.client.cluster;
         let mut pieces: Vec<_> = cluster
             .pieces(&self.left.start, self.left.end.as_deref())

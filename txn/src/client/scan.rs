@@ -219,7 +219,7 @@ impl<'a, E: Engine> Scan<'a, E> {
     /// Reads the next batch of the snapshot.
     fn fill(&mut self) -> Result<()> {
         let limit = self.next_batch;
-        self.next_batch = (self.next_batch * 2).min(self.max_batch);
+        self.next_batch = self.next_batch.saturating_mul(2).min(self.max_batch);
         let pairs = self.client.scan(
             &self.left.start,
             self.left.end.as_deref(),
@@ -309,6 +309,37 @@ impl<E: Engine> Iterator for Scan<'_, E> {
                 _ => continue,
             }
         }
+    }
+}
+
+/// The keys of a key-only [`Scan`]: an iterator of keys, each a
+/// [`Result`] (values are not read).
+pub struct Keys<'a, E: Engine = RocksEngine>(Scan<'a, E>);
+
+impl<E: Engine> std::fmt::Debug for Keys<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Keys").field(&self.0).finish()
+    }
+}
+
+impl<'a, E: Engine> Keys<'a, E> {
+    /// The keys of `scan`, a key-only scan.
+    pub(super) fn new(scan: Scan<'a, E>) -> Self {
+        debug_assert!(scan.kind.key_only);
+        Keys(scan)
+    }
+
+    /// Reads `n` keys per storage read: see [`Scan::batch_size`].
+    pub fn batch_size(self, n: usize) -> Self {
+        Keys(self.0.batch_size(n))
+    }
+}
+
+impl<E: Engine> Iterator for Keys<'_, E> {
+    type Item = Result<Vec<u8>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|pair| pair.map(|(key, _)| key))
     }
 }
 

@@ -7,7 +7,7 @@ use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::TimeStamp;
 
 use super::Inner;
-use super::scan::{ByteRange, Scan, ScanKind};
+use super::scan::{ByteRange, Keys, Scan, ScanKind};
 use super::transaction::raw;
 use crate::Result;
 use crate::read::ReadOptions;
@@ -83,7 +83,7 @@ impl<E: Engine> Snapshot<E> {
         for (k, v) in self.client.batch_get(keys, self.ts)? {
             found.insert(raw(&k)?, v);
         }
-        Ok(keys.iter().map(|k| found.remove(*k)).collect())
+        Ok(keys.iter().map(|k| found.get(*k).cloned()).collect())
     }
 
     /// The pairs with keys in `range`, in key order: a lazy iterator (see
@@ -98,21 +98,13 @@ impl<E: Engine> Snapshot<E> {
     }
 
     /// The keys in `range`, in key order, values not read.
-    pub fn keys<K: AsRef<[u8]>>(
-        &self,
-        range: impl RangeBounds<K>,
-    ) -> impl Iterator<Item = Result<Vec<u8>>> + '_ {
-        self.scan_with(range, false, true)
-            .map(|pair| pair.map(|(k, _)| k))
+    pub fn keys<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
+        Keys::new(self.scan_with(range, false, true))
     }
 
     /// Like [`keys`](Self::keys), from the end of the range down.
-    pub fn keys_reverse<K: AsRef<[u8]>>(
-        &self,
-        range: impl RangeBounds<K>,
-    ) -> impl Iterator<Item = Result<Vec<u8>>> + '_ {
-        self.scan_with(range, true, true)
-            .map(|pair| pair.map(|(k, _)| k))
+    pub fn keys_reverse<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
+        Keys::new(self.scan_with(range, true, true))
     }
 
     fn scan_with<K: AsRef<[u8]>>(

@@ -595,6 +595,91 @@ fn prewrite_batches_run_at_once_or_one_after_another() {
     }
 }
 
+/// A commit's own durability overrides the regions': `commit_with(sync)`
+/// writes every command of the commit synced on buffered regions (1PC,
+/// async commit and 2PC alike, secondaries included), `buffered()` none on
+/// synced ones, and the client-wide default applies to plain `commit`.
+#[test]
+fn a_commit_chooses_its_durability() {
+    use crate::testing::FaultyEngine;
+    use percolate_engine::Durability;
+    let open = |region: Durability, config: ClientConfig| {
+        let engine = FaultyEngine::new(MemoryEngine::new());
+        let dir = tempfile::tempdir().unwrap();
+        let oracle = Arc::new(LocalOracle::open(dir.path()).unwrap());
+        let mut storage = StorageConfig {
+            initial_max_ts: oracle.get_ts().unwrap(),
+            ..Default::default()
+        };
+        storage.scheduler.durability = region;
+        let cluster = Cluster::new(engine.clone(), vec![b"g".to_vec(), b"p".to_vec()], storage);
+        (Client::new(cluster, oracle, config), engine, dir)
+    };
+    // (keys, options): 1PC, async commit across three regions, 2PC.
+    let commits: [(&[&str], ClientConfig); 3] = [
+        (&["a", "b"], ClientConfig::default()),
+        (&["a", "h", "q"], ClientConfig::default()),
+        (
+            &["a", "h", "q"],
+            ClientConfig {
+                async_commit: false,
+                ..Default::default()
+            },
+        ),
+    ];
+    for (keys, shape) in commits {
+        for (region, client_default, options, synced) in [
+            (Durability::Buffered, None, CommitOptions::default(), false),
+            (Durability::Buffered, None, CommitOptions::sync(), true),
+            (
+                Durability::Buffered,
+                Some(Durability::Sync),
+                CommitOptions::default(),
+                true,
+            ),
+            (Durability::Sync, None, CommitOptions::default(), true),
+            (Durability::Sync, None, CommitOptions::buffered(), false),
+            (
+                Durability::Sync,
+                Some(Durability::Buffered),
+                CommitOptions::sync(),
+                true,
+            ),
+        ] {
+            let config = ClientConfig {
+                durability: client_default,
+                ..shape.clone()
+            };
+            let (client, engine, _dir) = open(region, config);
+            let before = (engine.writes(), engine.synced_writes());
+            let mut txn = client.begin().unwrap();
+            for k in keys {
+                txn.put(k.as_bytes().to_vec(), b"v".to_vec());
+            }
+            let info = txn.commit_with(options).unwrap();
+            // Background work (none with inline secondary commits) done.
+            let writes = engine.writes() - before.0;
+            let synced_writes = engine.synced_writes() - before.1;
+            assert!(writes > 0);
+            let case = format!(
+                "{keys:?} {:?}, {region:?} regions, client {client_default:?}, {options:?}",
+                info.protocol
+            );
+            if synced {
+                assert_eq!(synced_writes, writes, "{case}: every write synced");
+            } else {
+                assert_eq!(synced_writes, 0, "{case}: no write synced");
+            }
+            for k in keys {
+                assert_eq!(
+                    client.get_latest(k.as_bytes()).unwrap(),
+                    Some(b"v".to_vec())
+                );
+            }
+        }
+    }
+}
+
 // ------------------------------------------------------------ pessimistic
 
 /// The pessimistic lock of the transaction on `k`, if any.

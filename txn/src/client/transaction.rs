@@ -6,17 +6,18 @@ use std::ops::RangeBounds;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use percolate_engine::{Engine, RocksEngine};
+use percolate_engine::{Durability, Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp};
 
 use super::resolver::into_lock;
-use super::scan::{ByteRange, Scan, ScanKind};
+use super::scan::{ByteRange, Keys, Scan, ScanKind};
 use super::{Backoff, Deadline, Inner, ParallelPrewrite, SecondaryCommits, key};
 use crate::actions::prewrite::{Mutation, PessimisticAction, PrewriteResult, TransactionKind};
 use crate::commands::{Commit, Prewrite, Unlock};
 use crate::fail;
 use crate::read::ReadOptions;
 use crate::scheduler::Pending;
+use crate::storage::CommandOptions;
 use crate::{Error, Result};
 
 /// A buffered write.
@@ -26,6 +27,35 @@ pub(super) enum Op {
     Delete,
     Insert(Vec<u8>),
     Lock,
+}
+
+/// How one commit is made: [`Transaction::commit_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitOptions {
+    /// How every write of the commit reaches the disk, overriding
+    /// [`ClientConfig::durability`](super::ClientConfig::durability) and
+    /// the regions' own: [`Durability::Sync`] (the commit survives a power
+    /// loss once `commit` returns; each write waits for an fsync) or
+    /// [`Durability::Buffered`] (it survives a crash of the process, not
+    /// of the machine). `None`: the client's default.
+    pub durability: Option<Durability>,
+}
+
+impl CommitOptions {
+    /// Options that make the commit durable on disk before it returns.
+    pub fn sync() -> Self {
+        CommitOptions {
+            durability: Some(Durability::Sync),
+        }
+    }
+
+    /// Options that leave the commit in the operating system's buffers
+    /// when it returns (survives a process crash, not a power loss).
+    pub fn buffered() -> Self {
+        CommitOptions {
+            durability: Some(Durability::Buffered),
+        }
+    }
 }
 
 /// How a transaction committed.
@@ -150,21 +180,13 @@ impl<E: Engine> Transaction<E> {
 
     /// The keys in `range`, in key order, this transaction's own writes
     /// included: a [`Scan`] whose values are left empty (and not read).
-    pub fn keys<K: AsRef<[u8]>>(
-        &self,
-        range: impl RangeBounds<K>,
-    ) -> impl Iterator<Item = Result<Vec<u8>>> + '_ {
-        self.scan_with(range, false, true)
-            .map(|pair| pair.map(|(k, _)| k))
+    pub fn keys<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
+        Keys::new(self.scan_with(range, false, true))
     }
 
     /// Like [`keys`](Self::keys), from the end of the range down.
-    pub fn keys_reverse<K: AsRef<[u8]>>(
-        &self,
-        range: impl RangeBounds<K>,
-    ) -> impl Iterator<Item = Result<Vec<u8>>> + '_ {
-        self.scan_with(range, true, true)
-            .map(|pair| pair.map(|(k, _)| k))
+    pub fn keys_reverse<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
+        Keys::new(self.scan_with(range, true, true))
     }
 
     fn scan_with<K: AsRef<[u8]>>(
@@ -232,12 +254,23 @@ impl<E: Engine> Transaction<E> {
     /// txn.put(b"k", b"again"); // error[E0382]: borrow of moved value: `txn`
     /// ```
     pub fn commit(mut self) -> Result<CommitInfo> {
-        self.commit_buffer(None)
+        self.commit_buffer(None, CommitOptions::default())
+    }
+
+    /// Commits as [`commit`](Self::commit) does, with `options`: for
+    /// example durable on disk before it returns, whatever the regions'
+    /// default (see [`CommitOptions`]).
+    pub fn commit_with(mut self, options: CommitOptions) -> Result<CommitInfo> {
+        self.commit_buffer(None, options)
     }
 
     /// Commits the buffered writes, as a pessimistic transaction's with
     /// `pessimism`.
-    pub(super) fn commit_buffer(&mut self, pessimism: Option<Pessimism>) -> Result<CommitInfo> {
+    pub(super) fn commit_buffer(
+        &mut self,
+        pessimism: Option<Pessimism>,
+        options: CommitOptions,
+    ) -> Result<CommitInfo> {
         self.check_buffer()?;
         let buffer = std::mem::take(&mut self.buffer);
         if buffer.is_empty() {
@@ -251,7 +284,10 @@ impl<E: Engine> Transaction<E> {
         // and any reader could roll it back before its first heart beat.
         let elapsed_ms = u64::try_from(self.began.elapsed().as_millis()).unwrap_or(u64::MAX);
         let lock_ttl_ms = self.client.config.lock_ttl_ms.saturating_add(elapsed_ms);
-        Committer::new(&self.client, self.start_ts, lock_ttl_ms, buffer, pessimism).run()
+        let durability = options.durability.or(self.client.config.durability);
+        Committer::new(&self.client, self.start_ts, lock_ttl_ms, buffer, pessimism)
+            .durability(durability)
+            .run()
     }
 
     /// Whether `key` has a buffered write (a Put, an Insert or a Delete;
@@ -338,6 +374,9 @@ struct Committer<'a, E: Engine> {
     committed: bool,
     /// Whether the primary lock is kept alive by heart beats.
     heart_beating: bool,
+    /// How every command of the commit is written (`None`: each region's
+    /// durability).
+    durability: Option<Durability>,
 }
 
 impl<'a, E: Engine> Committer<'a, E> {
@@ -419,6 +458,20 @@ impl<'a, E: Engine> Committer<'a, E> {
             secondaries,
             committed: false,
             heart_beating: false,
+            durability: None,
+        }
+    }
+
+    fn durability(mut self, durability: Option<Durability>) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// The options of every command the commit sends.
+    fn command_options(&self) -> CommandOptions {
+        CommandOptions {
+            durability: self.durability,
+            ..CommandOptions::default()
         }
     }
 
@@ -520,7 +573,7 @@ impl<'a, E: Engine> Committer<'a, E> {
                 commit_ts,
             };
             // On this thread: the caller waits for the answer anyway.
-            match storage(primary_region).write(commit) {
+            match storage(primary_region).write_with(commit, self.command_options()) {
                 Ok(_) => {
                     self.committed = true;
                     break commit_ts;
@@ -559,9 +612,11 @@ impl<'a, E: Engine> Committer<'a, E> {
         };
         match self.client.config.secondary_commits {
             SecondaryCommits::Inline => {
-                let _ = storage.write(commit);
+                let _ = storage.write_with(commit, self.command_options());
             }
-            SecondaryCommits::Background => forget(storage.sched_write(commit)),
+            SecondaryCommits::Background => {
+                forget(storage.sched_write_with(commit, self.command_options()))
+            }
         }
     }
 
@@ -600,9 +655,12 @@ impl<'a, E: Engine> Committer<'a, E> {
                     let storage = self.client.cluster.regions()[batch.region].storage();
                     let command = self.prewrite_command(batch);
                     if Some(i) == last || !parallel {
-                        (i, Pending::ready(storage.write(command)))
+                        (
+                            i,
+                            Pending::ready(storage.write_with(command, self.command_options())),
+                        )
                     } else {
-                        (i, storage.sched_write(command))
+                        (i, storage.sched_write_with(command, self.command_options()))
                     }
                 })
                 .collect();
@@ -671,7 +729,7 @@ impl<'a, E: Engine> Committer<'a, E> {
             ParallelPrewrite::Never => false,
             ParallelPrewrite::WhenSynced => self.batches.iter().any(|batch| {
                 let storage = self.client.cluster.regions()[batch.region].storage();
-                storage.durability() == percolate_engine::Durability::Sync
+                self.durability.unwrap_or(storage.durability()) == Durability::Sync
             }),
         }
     }

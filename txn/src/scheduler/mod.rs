@@ -81,6 +81,8 @@ impl Default for SchedulerConfig {
 pub(crate) struct Finish {
     pub(crate) batch: WriteBatch,
     pub(crate) guards: Vec<KeyGuard>,
+    /// The command's own durability, where it overrides the scheduler's.
+    pub(crate) durability: Option<Durability>,
     /// Called with the outcome of the engine write (`Ok` when there was
     /// nothing to write).
     pub(crate) reply: Box<dyn FnOnce(Result<()>) + Send>,
@@ -419,7 +421,13 @@ impl<E: Engine> Inner<E> {
             self.complete(cid, &lock, finish, Ok(()));
             return;
         }
-        match &self.group_tx {
+        // A command's own durability picks the path: the group-commit
+        // writer syncs, a direct write syncs only if told to.
+        let group_tx = match finish.durability {
+            Some(Durability::Buffered) => None,
+            Some(Durability::Sync) | None => self.group_tx.as_ref(),
+        };
+        match group_tx {
             Some(tx) => {
                 let written = Written { cid, lock, finish };
                 if let Err(unsent) = tx.send(GroupMsg::Write(written)) {
@@ -433,9 +441,13 @@ impl<E: Engine> Inner<E> {
                 }
             }
             None => {
+                let options = WriteOptions {
+                    durability: finish.durability.unwrap_or(self.write_options.durability),
+                    ..self.write_options
+                };
                 let result = self
                     .engine
-                    .write(&finish.batch, self.write_options)
+                    .write(&finish.batch, options)
                     .map_err(|e| Error::WriteFailed(Arc::new(e)));
                 self.complete(cid, &lock, finish, result);
             }
@@ -454,6 +466,7 @@ impl<E: Engine> Inner<E> {
             batch,
             guards,
             reply,
+            durability: _,
         } = finish;
         drop(batch);
         drop(guards);

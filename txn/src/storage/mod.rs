@@ -89,6 +89,12 @@ pub struct CommandOptions {
     /// command is still waiting for its latches this long after it was
     /// sent. `None`: wait as long as it takes.
     pub max_execution_duration: Option<Duration>,
+    /// Writes the command's batch with this durability instead of the
+    /// region's ([`SchedulerConfig::durability`](crate::scheduler::SchedulerConfig::durability)):
+    /// `Sync` makes it durable before it answers on a buffered region;
+    /// `Buffered` skips the sync (and the group commit) on a synced one.
+    /// `None`: the region's.
+    pub durability: Option<percolate_engine::Durability>,
 }
 
 /// The region's command API over an engine (RocksDB by default).
@@ -213,6 +219,7 @@ impl<E: Engine> Storage<E> {
                     crate::scheduler::Finish {
                         batch: result.batch,
                         guards: result.guards,
+                        durability: options.durability,
                         reply: Box::new(move |written: Result<()>| {
                             if let (Ok(()), Some((engine, cm))) = (&written, &region) {
                                 cm.confirm_committed(engine, &result.committed);
@@ -225,6 +232,7 @@ impl<E: Engine> Storage<E> {
                 Err(e) => crate::scheduler::Finish {
                     batch: Default::default(),
                     guards: Vec::new(),
+                    durability: None,
                     reply: Box::new(move |_| completer.complete(Err(e))),
                 },
             }
@@ -261,8 +269,16 @@ impl<E: Engine> Storage<E> {
     /// otherwise; [`sched_write`](Self::sched_write) is the form that does
     /// not wait.
     pub fn write<C: WriteCommand>(&self, cmd: C) -> Result<C::Output> {
-        self.submit_write(cmd, CommandOptions::default(), true)
-            .wait()
+        self.write_with(cmd, CommandOptions::default())
+    }
+
+    /// Like [`write`](Self::write), with options.
+    pub fn write_with<C: WriteCommand>(
+        &self,
+        cmd: C,
+        options: CommandOptions,
+    ) -> Result<C::Output> {
+        self.submit_write(cmd, options, true).wait()
     }
 
     /// Whether each write command's write is synced before it answers

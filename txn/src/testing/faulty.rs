@@ -20,6 +20,7 @@ pub struct FaultyEngine<E> {
 struct FaultState {
     fail_next: AtomicUsize,
     writes: AtomicUsize,
+    synced: AtomicUsize,
     modifies: AtomicUsize,
     gate: Mutex<()>,
     /// Writes blocked at the gate.
@@ -48,6 +49,12 @@ impl<E: Engine> FaultyEngine<E> {
     /// Writes attempted so far (failed ones included).
     pub fn writes(&self) -> usize {
         self.state.writes.load(Ordering::SeqCst)
+    }
+
+    /// Writes that succeeded with [`Durability::Sync`](percolate_engine::Durability::Sync)
+    /// so far.
+    pub fn synced_writes(&self) -> usize {
+        self.state.synced.load(Ordering::SeqCst)
     }
 
     /// Modifications in the writes that succeeded so far.
@@ -98,6 +105,9 @@ impl<E: Engine> Engine for FaultyEngine<E> {
         }
         self.inner.write(batch, options)?;
         self.state.modifies.fetch_add(batch.len(), Ordering::SeqCst);
+        if options.durability == percolate_engine::Durability::Sync {
+            self.state.synced.fetch_add(1, Ordering::SeqCst);
+        }
         Ok(())
     }
 }
