@@ -74,6 +74,6 @@ pub use percolate_txn as txn;
 pub use percolate_txn::client::{
     Client, ClientConfig, CommitInfo, CommitOptions, CommitProtocol, Keys, OpenOptions,
     ParallelPrewrite, PessimisticTransaction, RawClient, RawScanIter, Scan, SecondaryCommits,
-    Snapshot, Transaction,
+    Snapshot, Transaction, TxnError,
 };
 pub use percolate_txn::{Error, Result};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use percolate::Error;
 use percolate::engine::{Engine, MemoryEngine};
-use percolate::txn::client::{Client, ClientConfig};
+use percolate::txn::client::{Client, ClientConfig, TxnError};
 use percolate::txn::cluster::Cluster;
 use percolate::txn::oracle::{LocalOracle, TimestampOracle};
 use percolate::txn::storage::StorageConfig;
@@ -56,6 +56,7 @@ both_engines! {
     snapshots_read_at_their_timestamp => snapshots_read_at_their_timestamp;
     raw_access_is_routed_across_regions => raw_access_is_routed_across_regions;
     raw_scans_and_range_deletes_cross_regions => raw_scans_and_range_deletes_cross_regions;
+    a_closure_aborts_with_its_own_error_and_is_never_retried => abort_is_not_retried;
 }
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
@@ -391,4 +392,67 @@ fn raw_scans_and_range_deletes_cross_regions<E: Engine>(client: &Client<E>) {
     raw.delete_range("c".."c").unwrap();
     raw.delete_range("zzz"..).unwrap();
     assert_eq!(raw.scan::<&[u8]>(..).count(), model.len());
+}
+
+#[derive(Debug, PartialEq)]
+struct Overdraft {
+    balance: u64,
+}
+
+fn abort_is_not_retried<E: Engine>(client: &Client<E>) {
+    client
+        .with_retry(|txn| {
+            txn.put(b"alice", b"5");
+            Ok(())
+        })
+        .unwrap();
+    // The closure's own error: returned as given, after one run, nothing
+    // written.
+    let mut runs = 0;
+    let outcome = client.with_retry_or_abort(|txn| {
+        runs += 1;
+        txn.put(b"bob", b"10");
+        let balance: u64 = String::from_utf8(txn.get(b"alice")?.unwrap())
+            .unwrap()
+            .parse()
+            .unwrap();
+        if balance < 10 {
+            return Err(TxnError::Abort(Overdraft { balance }));
+        }
+        Ok(())
+    });
+    assert_eq!(runs, 1);
+    assert_eq!(
+        outcome.unwrap_err().into_abort(),
+        Some(Overdraft { balance: 5 })
+    );
+    assert_eq!(client.get_latest(b"bob").unwrap(), None);
+    // A conflict is still retried: another transaction commits the key
+    // this one writes after its start, during its first run.
+    let mut runs = 0;
+    let out = client
+        .with_retry_or_abort::<_, Overdraft>(|txn| {
+            runs += 1;
+            if runs == 1 {
+                let mut other = client.begin()?;
+                other.put(b"alice", b"7");
+                other.commit()?;
+            }
+            let balance = txn.get(b"alice")?;
+            txn.put(b"alice", b"8");
+            Ok(balance)
+        })
+        .unwrap();
+    assert_eq!(runs, 2);
+    assert_eq!(out, Some(b"7".to_vec()));
+    assert_eq!(client.get_latest(b"alice").unwrap(), Some(b"8".to_vec()));
+    // Percolate's error that is not retryable comes back as Storage.
+    let outcome = client.with_retry_or_abort::<(), Overdraft>(|txn| {
+        txn.insert(b"alice", b"again");
+        Ok(())
+    });
+    assert!(
+        matches!(outcome, Err(TxnError::Storage(ref e)) if !e.is_retryable()),
+        "{outcome:?}"
+    );
 }

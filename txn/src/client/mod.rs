@@ -45,6 +45,7 @@ pub use self::raw::{RawClient, RawScanIter};
 pub use self::scan::{FIRST_BATCH, Keys, MAX_BATCH, Scan};
 pub use self::snapshot::Snapshot;
 pub use self::transaction::{CommitInfo, CommitOptions, CommitProtocol, Transaction};
+
 use crate::cluster::Cluster;
 use crate::concurrency_manager::MaxTsLimit;
 use crate::oracle::{LocalOracle, TimestampOracle};
@@ -451,6 +452,61 @@ impl<E: Engine> Client<E> {
         self.with_retry_info(work).map(|(out, _)| out)
     }
 
+    /// Like [`with_retry`](Self::with_retry), for a closure that may give up
+    /// with an error of its own: `Err(TxnError::Abort(reason))` rolls the
+    /// transaction back and returns at once, never retried; percolate's
+    /// errors convert with `?` and are retried as `with_retry` retries
+    /// them.
+    ///
+    /// ```
+    /// use percolate_txn::client::{Client, TxnError};
+    ///
+    /// #[derive(Debug, PartialEq)]
+    /// struct Overdraft { balance: u64 }
+    ///
+    /// # let dir = tempfile::tempdir()?;
+    /// # let client = Client::open(dir.path())?;
+    /// client.with_retry(|txn| { txn.put(b"alice", b"5"); Ok(()) })?;
+    /// let spent = client.with_retry_or_abort(|txn| {
+    ///     let balance: u64 = match txn.get(b"alice")? {
+    ///         Some(v) => String::from_utf8_lossy(&v).parse().unwrap_or(0),
+    ///         None => 0,
+    ///     };
+    ///     if balance < 10 {
+    ///         return Err(TxnError::Abort(Overdraft { balance }));
+    ///     }
+    ///     txn.put(b"alice", (balance - 10).to_string());
+    ///     Ok(10)
+    /// });
+    /// assert_eq!(spent.unwrap_err().into_abort(), Some(Overdraft { balance: 5 }));
+    /// assert_eq!(client.get_latest(b"alice")?, Some(b"5".to_vec()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_retry_or_abort<T, U>(
+        &self,
+        mut work: impl FnMut(&mut Transaction<E>) -> std::result::Result<T, TxnError<U>>,
+    ) -> std::result::Result<T, TxnError<U>> {
+        let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
+        let mut attempt = 1;
+        loop {
+            let mut txn = self.begin()?;
+            let result = match work(&mut txn) {
+                Ok(out) => txn.commit().map(|_| out).map_err(TxnError::Storage),
+                // Dropped uncommitted: nothing was sent.
+                Err(e) => Err(e),
+            };
+            match result {
+                Err(TxnError::Storage(e))
+                    if e.is_retryable() && attempt < self.inner.config.max_retries =>
+                {
+                    attempt += 1;
+                    backoff.sleep();
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Like [`with_retry`](Self::with_retry), and also returns how the
     /// successful attempt committed.
     pub fn with_retry_info<T>(
@@ -469,6 +525,53 @@ impl<E: Engine> Client<E> {
                 }
                 other => return other,
             }
+        }
+    }
+}
+
+/// What a closure given to [`Client::with_retry_or_abort`] fails with:
+/// percolate's own error, or the caller's reason to give up.
+#[derive(Debug)]
+pub enum TxnError<U> {
+    /// The closure gave up with its own error (an overdraft, a validation
+    /// failure): the transaction is rolled back and not retried, and the
+    /// error comes back as it was given.
+    Abort(U),
+    /// Percolate's error: a retryable one (a conflict, a lock that did not
+    /// go away) is retried before it gets here.
+    Storage(Error),
+}
+
+impl<U> TxnError<U> {
+    /// The caller's error, if the closure aborted.
+    pub fn into_abort(self) -> Option<U> {
+        match self {
+            TxnError::Abort(u) => Some(u),
+            TxnError::Storage(_) => None,
+        }
+    }
+}
+
+impl<U> From<Error> for TxnError<U> {
+    fn from(e: Error) -> Self {
+        TxnError::Storage(e)
+    }
+}
+
+impl<U: std::fmt::Display> std::fmt::Display for TxnError<U> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TxnError::Abort(u) => write!(f, "transaction aborted: {u}"),
+            TxnError::Storage(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<U: std::error::Error + 'static> std::error::Error for TxnError<U> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TxnError::Abort(u) => Some(u),
+            TxnError::Storage(e) => e.source(),
         }
     }
 }
