@@ -86,26 +86,7 @@ impl<E: Engine> Snapshot<E> {
         Ok(keys.iter().map(|k| found.get(*k).cloned()).collect())
     }
 
-    /// The pairs with keys in `range`, in key order: a lazy iterator (see
-    /// [`Scan`]).
-    pub fn scan<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
-        self.scan_with(range, false, false)
-    }
-
-    /// Like [`scan`](Self::scan), from the end of the range down.
-    pub fn scan_reverse<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
-        self.scan_with(range, true, false)
-    }
-
-    /// The keys in `range`, in key order, values not read.
-    pub fn keys<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
-        Keys::new(self.scan_with(range, false, true))
-    }
-
-    /// Like [`keys`](Self::keys), from the end of the range down.
-    pub fn keys_reverse<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
-        Keys::new(self.scan_with(range, true, true))
-    }
+    super::scan::range_reads!("");
 
     fn scan_with<K: AsRef<[u8]>>(
         &self,

@@ -532,7 +532,6 @@ fn secondary_commits_are_written_inline_or_in_the_background() {
 /// sync their writes.
 #[test]
 fn prewrite_batches_run_at_once_or_one_after_another() {
-    use crate::testing::FaultyEngine;
     let cases = [
         (
             ParallelPrewrite::Always,
@@ -556,20 +555,11 @@ fn prewrite_batches_run_at_once_or_one_after_another() {
         ),
     ];
     for (mode, durability, at_once) in cases {
-        let engine = FaultyEngine::new(MemoryEngine::new());
-        let dir = tempfile::tempdir().unwrap();
-        let oracle = Arc::new(LocalOracle::open(dir.path()).unwrap());
-        let mut storage = StorageConfig {
-            initial_max_ts: oracle.get_ts().unwrap(),
-            ..Default::default()
-        };
-        storage.scheduler.durability = durability;
-        let cluster = Cluster::new(engine.clone(), vec![b"g".to_vec(), b"p".to_vec()], storage);
         let config = ClientConfig {
             parallel_prewrite: mode,
             ..Default::default()
         };
-        let client = Client::new(cluster, oracle, config);
+        let (client, engine, _dir) = faulty_client(durability, config);
         let gate = engine.hold_writes();
         std::thread::scope(|s| {
             let committer = s.spawn(|| {
@@ -595,26 +585,36 @@ fn prewrite_batches_run_at_once_or_one_after_another() {
     }
 }
 
+/// A client over the three regions on a
+/// [`FaultyEngine`](crate::testing::FaultyEngine) over memory, the regions
+/// writing with `durability`.
+fn faulty_client(
+    durability: percolate_engine::Durability,
+    config: ClientConfig,
+) -> (
+    Client<crate::testing::FaultyEngine<MemoryEngine>>,
+    crate::testing::FaultyEngine<MemoryEngine>,
+    tempfile::TempDir,
+) {
+    let engine = crate::testing::FaultyEngine::new(MemoryEngine::new());
+    let dir = tempfile::tempdir().unwrap();
+    let oracle = Arc::new(LocalOracle::open(dir.path()).unwrap());
+    let mut storage = StorageConfig {
+        initial_max_ts: oracle.get_ts().unwrap(),
+        ..Default::default()
+    };
+    storage.scheduler.durability = durability;
+    let cluster = Cluster::new(engine.clone(), vec![b"g".to_vec(), b"p".to_vec()], storage);
+    (Client::new(cluster, oracle, config), engine, dir)
+}
+
 /// A commit's own durability overrides the regions': `commit_with(sync)`
 /// writes every command of the commit synced on buffered regions (1PC,
 /// async commit and 2PC alike, secondaries included), `buffered()` none on
 /// synced ones, and the client-wide default applies to plain `commit`.
 #[test]
 fn a_commit_chooses_its_durability() {
-    use crate::testing::FaultyEngine;
     use percolate_engine::Durability;
-    let open = |region: Durability, config: ClientConfig| {
-        let engine = FaultyEngine::new(MemoryEngine::new());
-        let dir = tempfile::tempdir().unwrap();
-        let oracle = Arc::new(LocalOracle::open(dir.path()).unwrap());
-        let mut storage = StorageConfig {
-            initial_max_ts: oracle.get_ts().unwrap(),
-            ..Default::default()
-        };
-        storage.scheduler.durability = region;
-        let cluster = Cluster::new(engine.clone(), vec![b"g".to_vec(), b"p".to_vec()], storage);
-        (Client::new(cluster, oracle, config), engine, dir)
-    };
     // (keys, options): 1PC, async commit across three regions, 2PC.
     let commits: [(&[&str], ClientConfig); 3] = [
         (&["a", "b"], ClientConfig::default()),
@@ -650,7 +650,7 @@ fn a_commit_chooses_its_durability() {
                 durability: client_default,
                 ..shape.clone()
             };
-            let (client, engine, _dir) = open(region, config);
+            let (client, engine, _dir) = faulty_client(region, config);
             let before = (engine.writes(), engine.synced_writes());
             let mut txn = client.begin().unwrap();
             for k in keys {

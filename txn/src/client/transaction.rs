@@ -162,32 +162,7 @@ impl<E: Engine> Transaction<E> {
             .collect()
     }
 
-    /// The pairs with keys in `range`, in key order, this transaction's
-    /// own writes included: a lazy iterator that reads the snapshot a batch
-    /// at a time (see [`Scan`]).
-    ///
-    /// Any [`RangeBounds`] over byte keys: `"a".."m"`, `vec![1]..`,
-    /// `&key[..]..=&end[..]`; the whole key space is
-    /// `txn.scan::<&[u8]>(..)`.
-    pub fn scan<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
-        self.scan_with(range, false, false)
-    }
-
-    /// Like [`scan`](Self::scan), from the end of the range down.
-    pub fn scan_reverse<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
-        self.scan_with(range, true, false)
-    }
-
-    /// The keys in `range`, in key order, this transaction's own writes
-    /// included: a [`Scan`] whose values are left empty (and not read).
-    pub fn keys<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
-        Keys::new(self.scan_with(range, false, true))
-    }
-
-    /// Like [`keys`](Self::keys), from the end of the range down.
-    pub fn keys_reverse<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
-        Keys::new(self.scan_with(range, true, true))
-    }
+    super::scan::range_reads!(", this transaction's own writes included");
 
     fn scan_with<K: AsRef<[u8]>>(
         &self,

@@ -443,7 +443,6 @@ impl<E: Engine> Inner<E> {
             None => {
                 let options = WriteOptions {
                     durability: finish.durability.unwrap_or(self.write_options.durability),
-                    ..self.write_options
                 };
                 let result = self
                     .engine
