@@ -77,16 +77,16 @@ impl ByteRange {
 }
 
 /// The four range reads (`scan`, `scan_reverse`, `keys`, `keys_reverse`)
-/// of a reader with a `scan_with(range, reverse, key_only)` method; `$what`
-/// completes their first sentence (what the reads include).
+/// of a reader with a `scan_with(range, reverse, key_only)` method.
 macro_rules! range_reads {
-    ($what:literal) => {
-        #[doc = concat!(
-                    "The pairs with keys in `range`, in key order", $what,
-                    ": a lazy iterator that reads a batch at a time (see [`Scan`]).\n\n",
-                    "Any [`RangeBounds`] over byte keys: `\"a\"..\"m\"`, `vec![1]..`, ",
-                    "`&key[..]..=&end[..]`; the whole key space is `scan::<&[u8]>(..)`."
-                )]
+    () => {
+        /// The pairs with keys in `range`, in key order (a transaction's
+        /// own writes included): a lazy iterator that reads a batch at a
+        /// time (see [`Scan`]).
+        ///
+        /// Any [`RangeBounds`] over byte keys: `"a".."m"`, `vec![1]..`,
+        /// `&key[..]..=&end[..]`; the whole key space is
+        /// `scan::<&[u8]>(..)`.
         pub fn scan<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Scan<'_, E> {
             self.scan_with(range, false, false)
         }
@@ -96,10 +96,8 @@ macro_rules! range_reads {
             self.scan_with(range, true, false)
         }
 
-        #[doc = concat!(
-                    "The keys in `range`, in key order", $what,
-                    ": a key-only [`Scan`] (values are not read)."
-                )]
+        /// The keys in `range`, in key order (a transaction's own writes
+        /// included): a key-only [`Scan`] (values are not read).
         pub fn keys<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
             Keys::new(self.scan_with(range, false, true))
         }

@@ -86,7 +86,7 @@ impl<E: Engine> Snapshot<E> {
         Ok(keys.iter().map(|k| found.get(*k).cloned()).collect())
     }
 
-    super::scan::range_reads!("");
+    super::scan::range_reads!();
 
     fn scan_with<K: AsRef<[u8]>>(
         &self,

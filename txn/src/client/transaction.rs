@@ -162,7 +162,7 @@ impl<E: Engine> Transaction<E> {
             .collect()
     }
 
-    super::scan::range_reads!(", this transaction's own writes included");
+    super::scan::range_reads!();
 
     fn scan_with<K: AsRef<[u8]>>(
         &self,
