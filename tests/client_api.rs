@@ -456,3 +456,41 @@ fn abort_is_not_retried<E: Engine>(client: &Client<E>) {
         "{outcome:?}"
     );
 }
+
+/// `Client::open_with` reaches RocksDB's tuning and shares its workers out
+/// among the regions.
+#[test]
+fn open_with_tunes_rocksdb_and_the_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = percolate::OpenOptions {
+        split_keys: vec![b"g".to_vec(), b"p".to_vec()],
+        engine: percolate::engine::RocksOptions {
+            block_cache_bytes: 8 << 20,
+            write_buffer_bytes: 1 << 20,
+            background_jobs: 1,
+            ..Default::default()
+        },
+        worker_threads: Some(6),
+        ..Default::default()
+    };
+    let client = Client::open_with(dir.path(), options).unwrap();
+    // A memtable of 1 MiB: 4 MiB of writes flush several times on the way.
+    for round in 0..4 {
+        client
+            .with_retry(|txn| {
+                for i in 0..256 {
+                    txn.put(
+                        format!("{}{i:03}", (b'a' + round * 6) as char),
+                        vec![7u8; 4096],
+                    );
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    let snapshot = client.snapshot_latest().unwrap();
+    assert_eq!(snapshot.keys::<&[u8]>(..).count(), 1024);
+    let engine = client.cluster().regions()[0].storage().engine().clone();
+    let flushed = engine.raw_db().live_files().unwrap().len();
+    assert!(flushed > 0, "the small memtable was flushed to files");
+}

@@ -686,6 +686,7 @@ impl Percolate {
             split_keys,
             client,
             storage,
+            ..OpenOptions::default()
         };
         Ok(Percolate {
             client: Client::open_with(dir, options)?,

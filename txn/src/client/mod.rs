@@ -36,7 +36,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use percolate_engine::{Engine, RocksEngine};
+use percolate_engine::{Engine, RocksEngine, RocksOptions};
 use percolate_mvcc::{Key, TimeStamp};
 
 use self::heartbeat::HeartBeats;
@@ -163,7 +163,7 @@ impl Default for ClientConfig {
 }
 
 /// How [`Client::open_with`] sets up a data directory.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct OpenOptions {
     /// The raw keys the key space is split at into regions (none: one
     /// region).
@@ -173,6 +173,15 @@ pub struct OpenOptions {
     /// Every region's storage (its `initial_max_ts` is set from the
     /// oracle).
     pub storage: StorageConfig,
+    /// RocksDB's tuning: block cache, bloom filters, memtable size,
+    /// background jobs.
+    pub engine: RocksOptions,
+    /// Worker threads for the regions' commands, shared out among the
+    /// regions (each gets at least two): `None`, the machine's available
+    /// parallelism. Overrides `storage.scheduler.worker_threads`. Most
+    /// commands of a [`Client`] run on the calling thread; the workers take
+    /// those that wait for latches and the background work.
+    pub worker_threads: Option<usize>,
 }
 
 /// A handle on a set of regions and a timestamp oracle. Cheap to clone;
@@ -236,7 +245,7 @@ impl Client<RocksEngine> {
         // process (RocksDB then lets a second one in, which deletes the
         // first one's files as obsolete).
         let dir_lock = lock_directory(dir)?;
-        let engine = RocksEngine::open(dir.join("db"))?;
+        let engine = RocksEngine::open_with(dir.join("db"), &options.engine)?;
         // Above every commit in the data, whatever the oracle's own state
         // file says (or if it is gone).
         let floor = TimeStamp::new(engine.persisted_ts_ceiling());
@@ -251,11 +260,13 @@ impl Client<RocksEngine> {
                 MaxTsLimit::DEFAULT_ALLOWANCE,
             ))
         });
-        let storage = StorageConfig {
+        let mut storage = StorageConfig {
             initial_max_ts: oracle.get_ts()?,
             max_ts_limit,
             ..options.storage
         };
+        let regions = options.split_keys.len() + 1;
+        storage.scheduler.worker_threads = workers_per_region(options.worker_threads, regions);
         let cluster = Cluster::new(engine, options.split_keys, storage);
         Ok(Client::with_dir_lock(
             cluster,
@@ -264,6 +275,14 @@ impl Client<RocksEngine> {
             Some(dir_lock),
         ))
     }
+}
+
+/// Each region's share of `total` worker threads (the machine's available
+/// parallelism when `None`), at least two.
+fn workers_per_region(total: Option<usize>, regions: usize) -> usize {
+    let total =
+        total.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    (total / regions.max(1)).max(2)
 }
 
 /// The name of percolate's lock file in a data directory.

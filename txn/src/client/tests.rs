@@ -887,3 +887,13 @@ fn a_failed_lock_request_leaves_the_keys_locked_before_it_committed_or_released(
     assert_eq!(pessimistic_lock_on(&s.client, b"b"), None);
     holder.rollback().unwrap();
 }
+
+#[test]
+fn workers_are_shared_out_among_the_regions() {
+    assert_eq!(workers_per_region(Some(16), 4), 4);
+    assert_eq!(workers_per_region(Some(16), 1), 16);
+    // At least two per region.
+    assert_eq!(workers_per_region(Some(2), 4), 2);
+    assert_eq!(workers_per_region(Some(0), 3), 2);
+    assert!(workers_per_region(None, 1) >= 2);
+}
