@@ -77,7 +77,8 @@ impl ByteRange {
 }
 
 /// The four range reads (`scan`, `scan_reverse`, `keys`, `keys_reverse`)
-/// of a reader with a `scan_with(range, reverse, key_only)` method.
+/// of a reader with a `scan_source()` method (its client, read ts and own
+/// writes).
 macro_rules! range_reads {
     () => {
         /// The pairs with keys in `range`, in key order (a transaction's
@@ -105,6 +106,22 @@ macro_rules! range_reads {
         /// Like [`keys`](Self::keys), from the end of the range down.
         pub fn keys_reverse<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Keys<'_, E> {
             Keys::new(self.scan_with(range, true, true))
+        }
+
+        fn scan_with<K: AsRef<[u8]>>(
+            &self,
+            range: impl RangeBounds<K>,
+            reverse: bool,
+            key_only: bool,
+        ) -> Scan<'_, E> {
+            let (client, ts, own) = self.scan_source();
+            Scan::new(
+                client,
+                ts,
+                ByteRange::new(range),
+                ScanKind { reverse, key_only },
+                own,
+            )
         }
     };
 }

@@ -1,5 +1,6 @@
 //! Read-only snapshots: every read at one timestamp, nothing to commit.
 
+use std::collections::BTreeMap;
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use percolate_mvcc::TimeStamp;
 
 use super::Inner;
 use super::scan::{ByteRange, Keys, Scan, ScanKind};
-use super::transaction::raw;
+use super::transaction::{Op, raw};
 use crate::Result;
 use crate::read::ReadOptions;
 
@@ -88,18 +89,9 @@ impl<E: Engine> Snapshot<E> {
 
     super::scan::range_reads!();
 
-    fn scan_with<K: AsRef<[u8]>>(
-        &self,
-        range: impl RangeBounds<K>,
-        reverse: bool,
-        key_only: bool,
-    ) -> Scan<'_, E> {
-        Scan::new(
-            &self.client,
-            self.ts,
-            ByteRange::new(range),
-            ScanKind { reverse, key_only },
-            None,
-        )
+    /// What its scans read: the client, the snapshot's ts, and no writes
+    /// of its own.
+    fn scan_source(&self) -> (&Inner<E>, TimeStamp, Option<&BTreeMap<Vec<u8>, Op>>) {
+        (&self.client, self.ts, None)
     }
 }

@@ -164,19 +164,10 @@ impl<E: Engine> Transaction<E> {
 
     super::scan::range_reads!();
 
-    fn scan_with<K: AsRef<[u8]>>(
-        &self,
-        range: impl RangeBounds<K>,
-        reverse: bool,
-        key_only: bool,
-    ) -> Scan<'_, E> {
-        Scan::new(
-            &self.client,
-            self.start_ts,
-            ByteRange::new(range),
-            ScanKind { reverse, key_only },
-            Some(&self.buffer),
-        )
+    /// What its scans read: the client, the snapshot's ts, and the own
+    /// writes merged in.
+    fn scan_source(&self) -> (&Inner<E>, TimeStamp, Option<&BTreeMap<Vec<u8>, Op>>) {
+        (&self.client, self.start_ts, Some(&self.buffer))
     }
 
     /// Sets `key` to `value` at commit.
