@@ -76,6 +76,14 @@ impl ByteRange {
     }
 }
 
+/// What a reader's scans read: its client, its read ts, and the writes of
+/// its own to merge in.
+pub(super) type ScanSource<'a, E> = (
+    &'a Inner<E>,
+    TimeStamp,
+    Option<&'a btree_map::BTreeMap<Vec<u8>, Op>>,
+);
+
 /// The four range reads (`scan`, `scan_reverse`, `keys`, `keys_reverse`)
 /// of a reader with a `scan_source()` method (its client, read ts and own
 /// writes).

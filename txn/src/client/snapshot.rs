@@ -1,6 +1,5 @@
 //! Read-only snapshots: every read at one timestamp, nothing to commit.
 
-use std::collections::BTreeMap;
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
@@ -8,8 +7,8 @@ use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::TimeStamp;
 
 use super::Inner;
-use super::scan::{ByteRange, Keys, Scan, ScanKind};
-use super::transaction::{Op, raw};
+use super::scan::{ByteRange, Keys, Scan, ScanKind, ScanSource};
+use super::transaction::raw;
 use crate::Result;
 use crate::read::ReadOptions;
 
@@ -91,7 +90,7 @@ impl<E: Engine> Snapshot<E> {
 
     /// What its scans read: the client, the snapshot's ts, and no writes
     /// of its own.
-    fn scan_source(&self) -> (&Inner<E>, TimeStamp, Option<&BTreeMap<Vec<u8>, Op>>) {
+    fn scan_source(&self) -> ScanSource<'_, E> {
         (&self.client, self.ts, None)
     }
 }

@@ -10,7 +10,7 @@ use percolate_engine::{Durability, Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp};
 
 use super::resolver::into_lock;
-use super::scan::{ByteRange, Keys, Scan, ScanKind};
+use super::scan::{ByteRange, Keys, Scan, ScanKind, ScanSource};
 use super::{Backoff, Deadline, Inner, ParallelPrewrite, SecondaryCommits, key};
 use crate::actions::prewrite::{Mutation, PessimisticAction, PrewriteResult, TransactionKind};
 use crate::commands::{Commit, Prewrite, Unlock};
@@ -166,7 +166,7 @@ impl<E: Engine> Transaction<E> {
 
     /// What its scans read: the client, the snapshot's ts, and the own
     /// writes merged in.
-    fn scan_source(&self) -> (&Inner<E>, TimeStamp, Option<&BTreeMap<Vec<u8>, Op>>) {
+    fn scan_source(&self) -> ScanSource<'_, E> {
         (&self.client, self.start_ts, Some(&self.buffer))
     }
 
