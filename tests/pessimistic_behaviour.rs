@@ -142,6 +142,30 @@ fn computing_commit_ts(
     }
 }
 
+/// A pessimistic transaction's properties (lock TTL 3000) that compute its
+/// commit_ts as `kind` does (no max_commit_ts) above a `max_ts`.
+fn pessimistic_computing(
+    kind: fn(TimeStamp) -> CommitKind,
+    max_ts: u64,
+    primary: &[u8],
+    start_ts: u64,
+    for_update_ts: u64,
+) -> TransactionProperties {
+    computing_commit_ts(
+        kind(TimeStamp::zero()),
+        max_ts,
+        pessimistic_props(primary, start_ts, for_update_ts, 3000),
+    )
+}
+
+fn async_commit(max_commit_ts: TimeStamp) -> CommitKind {
+    CommitKind::Async { max_commit_ts }
+}
+
+fn one_pc(max_commit_ts: TimeStamp) -> CommitKind {
+    CommitKind::OnePc { max_commit_ts }
+}
+
 fn pessimistic_put(k: &[u8], value: &[u8], action: PessimisticAction) -> Mutation {
     Mutation::put(key(k), value.to_vec()).with_pessimistic_action(action)
 }
@@ -502,10 +526,7 @@ fn pessimistic_prewrite_for_update_ts_and_check_not_exists<E: Engine>(f: TxnFixt
 /// locks in one write.
 fn pessimistic_async_commit_and_one_pc<E: Engine>(f: TxnFixture<E>) {
     f.must_acquire_pessimistic_lock(b"a", b"a", 10, 40);
-    let async_commit = CommitKind::Async {
-        max_commit_ts: TimeStamp::zero(),
-    };
-    let props = computing_commit_ts(async_commit, 30, pessimistic_props(b"a", 10, 40, 3000));
+    let props = pessimistic_computing(async_commit, 30, b"a", 10, 40);
     let result = f.must_prewrite_mutations(
         &props,
         vec![pessimistic_put(b"a", b"v", DoPessimisticCheck)],
@@ -516,10 +537,7 @@ fn pessimistic_async_commit_and_one_pc<E: Engine>(f: TxnFixture<E>) {
 
     f.must_acquire_pessimistic_lock(b"x", b"x", 50, 55);
     f.must_acquire_pessimistic_lock(b"y", b"x", 50, 55);
-    let one_pc = CommitKind::OnePc {
-        max_commit_ts: TimeStamp::zero(),
-    };
-    let props = computing_commit_ts(one_pc, 60, pessimistic_props(b"x", 50, 55, 3000));
+    let props = pessimistic_computing(one_pc, 60, b"x", 50, 55);
     let result = f.must_prewrite_mutations(
         &props,
         vec![
@@ -540,10 +558,7 @@ fn pessimistic_async_commit_and_one_pc<E: Engine>(f: TxnFixture<E>) {
 /// (SkipPessimisticCheck) checks them when marked as a retry: a transaction
 /// that committed is answered with its commit, not locked again.
 fn retried_skip_pessimistic_check_prewrite_finds_its_commit<E: Engine>(f: TxnFixture<E>) {
-    let one_pc = CommitKind::OnePc {
-        max_commit_ts: TimeStamp::zero(),
-    };
-    let props = computing_commit_ts(one_pc, 5, pessimistic_props(b"k", 5, 5, 3000));
+    let props = pessimistic_computing(one_pc, 5, b"k", 5, 5);
     let request = || vec![pessimistic_put(b"k", b"v", SkipPessimisticCheck)];
     let result = f.must_prewrite_mutations(&props, request(), None);
     assert_eq!(result.one_pc_commit_ts, ts(6));

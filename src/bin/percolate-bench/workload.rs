@@ -141,6 +141,18 @@ pub enum Op {
     UpdateMany(Vec<u64>),
 }
 
+impl Op {
+    /// The records a blind write (an update, an insert, a multi-key
+    /// update) sets; none for any other operation.
+    pub fn blind_keys(&self) -> &[u64] {
+        match self {
+            Op::Update(k) | Op::Insert(k) => std::slice::from_ref(k),
+            Op::UpdateMany(keys) => keys,
+            _ => &[],
+        }
+    }
+}
+
 /// The zipfian constant of YCSB's request distribution.
 pub const ZIPFIAN_THETA: f64 = 0.99;
 
