@@ -35,7 +35,7 @@ use percolate::txn::cluster::Cluster;
 use percolate::txn::commands::Prewrite;
 use percolate::txn::concurrency_manager::MaxTsLimit;
 use percolate::txn::oracle::{Clock, LocalOracle, ManualClock, TimestampOracle};
-use percolate::txn::storage::StorageConfig;
+use percolate::txn::storage::{Storage, StorageConfig};
 use percolate::{Client, ClientConfig, CommitInfo, CommitProtocol, Error, OpenOptions};
 use tempfile::TempDir;
 
@@ -1232,6 +1232,35 @@ fn a_client_without_its_oracle_file_starts_above_the_data() {
         })
         .unwrap();
     assert_eq!(client.get_latest(b"k").unwrap(), Some(b"v2".to_vec()));
+}
+
+/// The same for a lock: a transaction that prewrote under a clock ahead
+/// and died leaves a lock whose start_ts is above every commit. A reopened
+/// client without its oracle file must not hand that start_ts (or any
+/// below it) out again, or a new transaction would take the dead one's
+/// identity and its lock.
+#[test]
+fn a_client_without_its_oracle_file_starts_above_the_locks() {
+    let dir = tempfile::tempdir().unwrap();
+    let now_ms = percolate::txn::oracle::SystemClock.now_ms();
+    let ahead = Arc::new(ManualClock::new(now_ms + 3_600_000));
+    let locked_ts = {
+        let engine = percolate::engine::RocksEngine::open(dir.path().join("db")).unwrap();
+        let oracle = Arc::new(LocalOracle::open_with_clock(dir.path(), ahead).unwrap());
+        let storage = Storage::new(engine, StorageConfig::default());
+        let start_ts = oracle.get_ts().unwrap();
+        let prewrite = Prewrite::new(
+            vec![Mutation::put(Key::from_raw(b"k"), b"v".to_vec())],
+            b"k",
+            start_ts,
+        );
+        assert!(storage.prewrite(prewrite).unwrap().locks.is_empty());
+        start_ts
+    };
+    std::fs::remove_file(dir.path().join("TIMESTAMP")).unwrap();
+    let client = Client::open(dir.path()).unwrap();
+    let ts = client.current_ts().unwrap();
+    assert!(ts > locked_ts, "{ts:?} <= {locked_ts:?}");
 }
 
 /// A second open of a data directory in use is refused by percolate's own

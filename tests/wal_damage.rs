@@ -75,3 +75,64 @@ fn a_torn_last_record_is_dropped_and_the_rest_recovered() {
     assert!((1999..=2000).contains(&found), "{found} of 2000 commits");
     assert!(txn.get(b"key01998").unwrap().is_some());
 }
+
+#[test]
+fn a_salvaging_open_keeps_the_prefix_and_reports_what_it_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    commit_many(dir.path(), 2000);
+    let log = log_file(dir.path());
+    let mut bytes = std::fs::read(&log).unwrap();
+    let middle = bytes.len() / 2;
+    for b in &mut bytes[middle..middle + 8] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&log, &bytes).unwrap();
+
+    let salvage = percolate::OpenOptions {
+        engine: percolate::engine::RocksOptions {
+            wal_recovery: percolate::engine::WalRecovery::SalvagePrefix,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let client = Client::open_with(dir.path(), salvage).unwrap();
+    let engine = client.cluster().regions()[0].storage().engine();
+    let report = engine
+        .salvage_report()
+        .expect("the damage is reported")
+        .clone();
+    assert!(!report.damage.is_empty());
+    // The log, as it was before the open dropped its tail, is kept.
+    let kept = report.logs_kept.join(log.file_name().unwrap());
+    assert_eq!(std::fs::read(&kept).unwrap(), bytes);
+
+    // What is left is a prefix of the commits: the ones before the damage.
+    let txn = client.begin().unwrap();
+    let found: Vec<Vec<u8>> = txn.keys("key".."kez").collect::<Result<_, _>>().unwrap();
+    assert!(
+        !found.is_empty() && found.len() < 2000,
+        "{} commits",
+        found.len()
+    );
+    let expected: Vec<Vec<u8>> = (0..found.len())
+        .map(|i| format!("key{i:05}").into_bytes())
+        .collect();
+    assert_eq!(found, expected);
+    drop(txn);
+    drop(client);
+
+    // The salvaged database opens normally from then on, with no report.
+    let client = Client::open_with(
+        dir.path(),
+        percolate::OpenOptions {
+            engine: percolate::engine::RocksOptions {
+                wal_recovery: percolate::engine::WalRecovery::SalvagePrefix,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let engine = client.cluster().regions()[0].storage().engine();
+    assert!(engine.salvage_report().is_none());
+}

@@ -48,7 +48,8 @@ pub enum Error {
     /// (commits that were acknowledged), so the engine refuses; a torn last
     /// record (a write cut short by a power loss) is not this error, it is
     /// dropped as never acknowledged. Restore the directory from a backup,
-    /// or salvage it with RocksDB's own tools.
+    /// or open it with [`WalRecovery::SalvagePrefix`](crate::WalRecovery)
+    /// to keep what the log holds before the damage.
     #[error("damaged database files in {}: {detail}", path.display())]
     CorruptedAtOpen {
         /// The database directory.

@@ -43,7 +43,10 @@ pub mod testing;
 pub use batch::{Modify, WriteBatch};
 pub use error::{Error, Result};
 pub use memory::{MemoryEngine, MemoryIterator, MemorySnapshot};
-pub use rocks::{DATA_PREFIX, RocksEngine, RocksIterator, RocksOptions, RocksSnapshot};
+pub use rocks::{
+    DATA_PREFIX, RocksEngine, RocksIterator, RocksOptions, RocksSnapshot, SalvageReport,
+    WalRecovery,
+};
 
 /// A column family. MVCC data lives in three of them; see `percolate-mvcc`
 /// for what each one holds.

@@ -98,6 +98,43 @@ pub struct RocksOptions {
     pub background_jobs: i32,
     /// Memtable size per CF. Defaults to 64 MiB.
     pub write_buffer_bytes: usize,
+    /// What an open does with a write-ahead log damaged before its end.
+    /// Defaults to [`WalRecovery::Refuse`].
+    pub wal_recovery: WalRecovery,
+}
+
+/// What opening a database does when its write-ahead log is damaged before
+/// its end (a bad checksum in the middle of the log, not a torn last
+/// record: that one is a write cut short, never acknowledged, and is always
+/// dropped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WalRecovery {
+    /// Refuse to open, with [`Error::CorruptedAtOpen`]: replaying past the
+    /// damage is impossible, and stopping there would drop commits that
+    /// were acknowledged.
+    #[default]
+    Refuse,
+    /// Open with what the log holds before the damage and drop the rest,
+    /// as RocksDB's point-in-time recovery does, but not silently: the log
+    /// files are first kept, as they were, in a directory beside the
+    /// database (`<db>.wal-<unix ms>`), and
+    /// [`RocksEngine::salvage_report`] says what happened. Only when the
+    /// open with [`Refuse`](Self::Refuse) fails; an undamaged log opens as
+    /// usual, with no report.
+    SalvagePrefix,
+}
+
+/// What a [`WalRecovery::SalvagePrefix`] open did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SalvageReport {
+    /// What RocksDB reported about the damage: the log file and offset.
+    pub damage: String,
+    /// Where the log files were kept before the records after the damage
+    /// were dropped.
+    pub logs_kept: PathBuf,
+    /// The last write recovered: RocksDB's sequence number after the open.
+    /// The kept logs hold the writes after it.
+    pub last_sequence: u64,
 }
 
 impl Default for RocksOptions {
@@ -107,6 +144,7 @@ impl Default for RocksOptions {
             bloom_bits_per_key: 10.0,
             background_jobs: 2,
             write_buffer_bytes: 64 << 20,
+            wal_recovery: WalRecovery::Refuse,
         }
     }
 }
@@ -149,6 +187,8 @@ struct Inner {
     raising: Mutex<()>,
     /// The live locks, for the lock checks of latest reads.
     locks: LockMirror,
+    /// What a salvaging open dropped, if it did.
+    salvage: Option<SalvageReport>,
     /// Held only to be removed on drop.
     _temp_dir: Option<tempfile::TempDir>,
 }
@@ -200,25 +240,48 @@ impl RocksEngine {
             source,
         })?;
         let cache = Cache::new_lru_cache(options.block_cache_bytes);
-        let cfs = Cf::ALL
-            .iter()
-            .map(|&cf| {
-                Ok(ColumnFamilyDescriptor::new(
-                    cf.name(),
-                    cf_options(cf, options, &cache)?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let db = DB::open_cf_descriptors(&db_options(options), &path, cfs).map_err(|e| {
-            if e.kind() == rocksdb::ErrorKind::Corruption {
-                Error::CorruptedAtOpen {
-                    path: path.clone(),
-                    detail: e.into_string(),
+        let open = |mode| {
+            let cfs = Cf::ALL
+                .iter()
+                .map(|&cf| {
+                    Ok(ColumnFamilyDescriptor::new(
+                        cf.name(),
+                        cf_options(cf, options, &cache)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            DB::open_cf_descriptors(&db_options(options, mode), &path, cfs).map_err(|e| {
+                if e.kind() == rocksdb::ErrorKind::Corruption {
+                    Error::CorruptedAtOpen {
+                        path: path.clone(),
+                        detail: e.into_string(),
+                    }
+                } else {
+                    Error::from(e)
                 }
-            } else {
-                e.into()
+            })
+        };
+        // A torn last record (a write cut short, never acknowledged) is
+        // dropped; a damaged record before the end fails the open. RocksDB's
+        // default, point-in-time recovery, stops at the damage and drops
+        // every record after it without a word: commits acknowledged long
+        // before the crash. It is used only when asked to, and reported.
+        let mut salvage = None;
+        let db = match open(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords) {
+            Err(Error::CorruptedAtOpen { detail, .. })
+                if options.wal_recovery == WalRecovery::SalvagePrefix =>
+            {
+                let logs_kept = keep_logs(&path)?;
+                let db = open(rocksdb::DBRecoveryMode::PointInTime)?;
+                salvage = Some(SalvageReport {
+                    damage: detail,
+                    logs_kept,
+                    last_sequence: db.latest_sequence_number(),
+                });
+                db
             }
-        })?;
+            other => other?,
+        };
         for cf in Cf::ALL {
             if db.cf_handle(cf.name()).is_none() {
                 return Err(Error::MissingColumnFamily { cf: cf.name() });
@@ -234,6 +297,7 @@ impl RocksEngine {
             persisted_ceiling: AtomicU64::new(ceiling),
             raising: Mutex::new(()),
             locks,
+            salvage,
             _temp_dir: temp_dir,
         });
         let cursors = Arc::new(CursorPool::new());
@@ -251,6 +315,13 @@ impl RocksEngine {
     /// The directory the database lives in.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// What the open dropped from a damaged write-ahead log, when it was
+    /// opened with [`WalRecovery::SalvagePrefix`] and the log was damaged;
+    /// `None` otherwise.
+    pub fn salvage_report(&self) -> Option<&SalvageReport> {
+        self.inner.salvage.as_ref()
     }
 
     /// The underlying RocksDB handle, for benchmarks and tools. Keys written
@@ -338,7 +409,35 @@ fn stored_locks(db: &DB) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(locks)
 }
 
-fn db_options(options: &RocksOptions) -> Options {
+/// Keeps the write-ahead log files of the database in `path`, as they are,
+/// in a new directory beside it (`<path>.wal-<unix ms>`): hard links where
+/// the file system allows, copies elsewhere. Returns the directory.
+fn keep_logs(path: &Path) -> Result<PathBuf> {
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { op, path, source }
+    };
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".wal-{ms}"));
+    let kept = path.with_file_name(name);
+    std::fs::create_dir(&kept).map_err(io("create directory", &kept))?;
+    for entry in std::fs::read_dir(path).map_err(io("list directory", path))? {
+        let from = entry.map_err(io("list directory", path))?.path();
+        if from.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        let to = kept.join(from.file_name().unwrap_or_default());
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).map_err(io("copy", &from))?;
+        }
+    }
+    Ok(kept)
+}
+
+fn db_options(options: &RocksOptions, recovery: rocksdb::DBRecoveryMode) -> Options {
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
@@ -351,12 +450,7 @@ fn db_options(options: &RocksOptions) -> Options {
     // memtable inserts. `benches/storage.rs`, 1-key prewrites, 2 workers /
     // 1: 1.11x without, 1.25x-1.72x with (five runs a few minutes apart).
     opts.set_enable_pipelined_write(true);
-    // Replaying the log at open: a torn last record (a write the crash cut
-    // short, never acknowledged) is dropped, but a damaged record before
-    // the end fails the open (`Error::CorruptedAtOpen`). RocksDB's default,
-    // point-in-time recovery, stops at the damage and drops every record
-    // after it without a word: commits acknowledged long before the crash.
-    opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords);
+    opts.set_wal_recovery_mode(recovery);
     opts
 }
 

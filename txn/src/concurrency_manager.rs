@@ -278,7 +278,12 @@ impl ConcurrencyManager {
         Ok(())
     }
 
-    fn check_limit(&self, ts: TimeStamp) -> crate::Result<()> {
+    /// Fails with [`Error::InvalidMaxTsUpdate`] when `ts` is above the
+    /// [`MaxTsLimit`] (when there is one), without touching `max_ts`: a
+    /// transaction's timestamps are checked so before its locks are
+    /// written, since a lock's TTL counts from its start_ts and a start_ts
+    /// far in the future would hold the key for as long.
+    pub fn check_limit(&self, ts: TimeStamp) -> crate::Result<()> {
         let Some(limit) = &self.inner.limit else {
             return Ok(());
         };

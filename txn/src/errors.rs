@@ -27,8 +27,10 @@ pub enum Error {
     },
 
     /// A timestamp too far ahead of the oracle to be counted in a region's
-    /// `max_ts` (see [`MaxTsLimit`](crate::concurrency_manager::MaxTsLimit)):
-    /// the request was refused and nothing was read or written.
+    /// `max_ts` (see [`MaxTsLimit`](crate::concurrency_manager::MaxTsLimit)),
+    /// or to start a lock (a prewrite's or pessimistic lock's start_ts or
+    /// for_update_ts): the request was refused and nothing was read or
+    /// written.
     #[error("invalid max_ts update: {attempted_ts} is above the limit {limit}")]
     InvalidMaxTsUpdate {
         /// The timestamp the request carried.

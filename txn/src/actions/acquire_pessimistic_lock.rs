@@ -29,7 +29,8 @@ pub struct PessimisticLockOptions {
     /// The ts the transaction reads its locked keys at; at or above its
     /// start_ts. A commit of the key newer than this is a conflict.
     pub for_update_ts: TimeStamp,
-    /// Lock TTL in milliseconds.
+    /// Lock TTL in milliseconds; at most
+    /// [`MAX_LOCK_TTL_MS`](super::MAX_LOCK_TTL_MS) is written.
     pub lock_ttl: u64,
     /// The smallest commit_ts the transaction will use (async commit).
     /// Zero when unset.
@@ -119,7 +120,7 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
             let raised = Lock {
                 primary: options.primary.clone(),
                 for_update_ts,
-                ttl: options.lock_ttl,
+                ttl: super::clamp_ttl(options.lock_ttl),
                 min_commit_ts: options.min_commit_ts,
                 ..lock
             };
@@ -173,7 +174,7 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
         LockType::Pessimistic,
         options.primary.clone(),
         start_ts,
-        options.lock_ttl,
+        super::clamp_ttl(options.lock_ttl),
     );
     lock.for_update_ts = for_update_ts;
     lock.min_commit_ts = options.min_commit_ts;

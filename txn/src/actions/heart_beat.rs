@@ -3,10 +3,12 @@
 use percolate_engine::Snapshot;
 use percolate_mvcc::{Key, MvccReader, MvccTxn};
 
+use super::clamp_ttl;
 use crate::Result;
 
 /// Raises the TTL of the acting transaction's lock on `primary` to
-/// `advise_ttl` (never lowers it) and returns the TTL now in force.
+/// `advise_ttl` (never lowers it; at most [`MAX_LOCK_TTL_MS`](super::MAX_LOCK_TTL_MS)) and returns
+/// the TTL now in force.
 /// `TxnNotFound` if the lock is not there.
 pub fn txn_heart_beat<S: Snapshot>(
     txn: &mut MvccTxn,
@@ -15,6 +17,7 @@ pub fn txn_heart_beat<S: Snapshot>(
     advise_ttl: u64,
 ) -> Result<u64> {
     let start_ts = txn.start_ts();
+    let advise_ttl = clamp_ttl(advise_ttl);
     match reader.load_lock(&primary)? {
         Some(mut lock) if lock.ts == start_ts => {
             if lock.ttl < advise_ttl {

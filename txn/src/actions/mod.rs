@@ -45,10 +45,27 @@ pub(crate) fn is_primary(key: &Key, lock: &Lock) -> bool {
     key.is_encoded_from(&lock.primary)
 }
 
+/// The longest TTL a lock can hold, in milliseconds: one hour, TiDB's
+/// default `max-txn-ttl`. A lock's TTL counts from its start_ts, so a
+/// heart beat can keep a transaction alive for at most an hour after it
+/// began; after that, any reader that meets its locks may roll it back.
+///
+/// Prewrite, pessimistic locks and heart beats clamp the TTL they write to
+/// this, and an expiry check reads a larger TTL found on disk (written by
+/// another program) as this one, so no lock can block a key (or GC) for
+/// longer, whatever a request asked for.
+pub const MAX_LOCK_TTL_MS: u64 = 60 * 60 * 1000;
+
+/// `ttl` clamped to [`MAX_LOCK_TTL_MS`].
+pub(crate) fn clamp_ttl(ttl: u64) -> u64 {
+    ttl.min(MAX_LOCK_TTL_MS)
+}
+
 /// Whether `lock`'s TTL has run out at `current_ts`. TTLs are milliseconds
-/// and compare with the physical parts only.
-pub(crate) fn is_expired(lock: &Lock, current_ts: TimeStamp) -> bool {
-    lock.ts.physical().saturating_add(lock.ttl) < current_ts.physical()
+/// and compare with the physical parts only; a TTL above
+/// [`MAX_LOCK_TTL_MS`] counts as that.
+pub fn is_expired(lock: &Lock, current_ts: TimeStamp) -> bool {
+    lock.ts.physical().saturating_add(clamp_ttl(lock.ttl)) < current_ts.physical()
 }
 
 /// The `KeyIsLocked` error for `lock` on `key`.

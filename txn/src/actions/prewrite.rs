@@ -205,7 +205,8 @@ pub struct TransactionProperties {
     pub start_ts: TimeStamp,
     /// The primary key, raw.
     pub primary: Vec<u8>,
-    /// Lock TTL in milliseconds. Defaults to 0 (expires at once).
+    /// Lock TTL in milliseconds. Defaults to 0 (expires at once); at most
+    /// [`MAX_LOCK_TTL_MS`](super::MAX_LOCK_TTL_MS) is written.
     pub lock_ttl: u64,
     /// Number of keys of the whole transaction, a hint for resolvers.
     pub txn_size: u64,
@@ -297,13 +298,13 @@ pub fn prewrite<S: Snapshot>(
         lock_type,
         props.primary.clone(),
         props.start_ts,
-        props.lock_ttl,
+        super::clamp_ttl(props.lock_ttl),
     );
     lock.txn_size = props.txn_size;
     lock.min_commit_ts = props.min_commit_ts;
     lock.for_update_ts = props.kind.for_update_ts();
     if let Some(held) = &own.pessimistic {
-        lock.ttl = lock.ttl.max(held.ttl);
+        lock.ttl = lock.ttl.max(super::clamp_ttl(held.ttl));
         lock.min_commit_ts = lock.min_commit_ts.max(held.min_commit_ts);
         lock.for_update_ts = lock.for_update_ts.max(held.for_update_ts);
     }

@@ -1,4 +1,4 @@
-//! Garbage collection across the regions.
+//! Garbage collection and repair across the regions.
 //!
 //! MVCC keeps every version until something removes it. At a safe point
 //! `sp`, a key's versions that no read at or above `sp` can see are garbage:
@@ -21,6 +21,7 @@ use percolate_mvcc::{LockInfo, TimeStamp};
 use super::{Client, key};
 use crate::actions::gc::GcInfo;
 use crate::cluster::Region;
+use crate::commands::DamagedRecord;
 use crate::{Error, Result};
 
 /// Locks scanned per round of lock resolution.
@@ -57,6 +58,25 @@ impl<E: Engine> Client<E> {
             total.deleted_values += info.deleted_values;
         }
         Ok(total)
+    }
+
+    /// Deletes the records that do not decode in every region and returns
+    /// them, key and value as stored: see
+    /// [`Repair`](crate::commands::Repair). Meant for a database whose
+    /// reads or GC fail with `Corruption`; records that decode are never
+    /// touched.
+    pub fn repair(&self) -> Result<Vec<DamagedRecord>> {
+        let mut removed = Vec::new();
+        for region in self.cluster().regions() {
+            // The first region reaches down to no bound at all: a damaged
+            // key may sort below every encoded one.
+            let start = Some(region.start_key())
+                .filter(|start| !start.is_empty())
+                .map(key);
+            let end = region.end_key().map(key);
+            removed.extend(region.storage().repair(start, end)?);
+        }
+        Ok(removed)
     }
 
     /// Resolves the region's locks of transactions started at or below

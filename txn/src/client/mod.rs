@@ -246,9 +246,9 @@ impl Client<RocksEngine> {
         // first one's files as obsolete).
         let dir_lock = lock_directory(dir)?;
         let engine = RocksEngine::open_with(dir.join("db"), &options.engine)?;
-        // Above every commit in the data, whatever the oracle's own state
-        // file says (or if it is gone).
-        let floor = TimeStamp::new(engine.persisted_ts_ceiling());
+        // Above every commit and lock in the data, whatever the oracle's
+        // own state file says (or if it is gone).
+        let floor = TimeStamp::new(engine.persisted_ts_ceiling()).max(newest_lock_ts(&engine)?);
         let oracle: Arc<dyn TimestampOracle> = Arc::new(LocalOracle::open_above(
             dir,
             Arc::new(crate::oracle::SystemClock),
@@ -275,6 +275,31 @@ impl Client<RocksEngine> {
             Some(dir_lock),
         ))
     }
+}
+
+/// The newest timestamp the locks on disk carry (start_ts, for_update_ts,
+/// min_commit_ts): an oracle that handed out one of them again would give
+/// a new transaction the identity of the lock's. Locks are few (each lives
+/// from a prewrite to its commit), so this reads them all. One that does
+/// not decode is skipped here: every read that reaches it reports it, and
+/// [`Client::repair`] removes it.
+fn newest_lock_ts(engine: &RocksEngine) -> Result<TimeStamp> {
+    use percolate_engine::{Cf, EngineIterator, IterOptions, Snapshot};
+    let mut cursor = engine
+        .snapshot()
+        .iter(Cf::Lock, IterOptions::new().fill_cache(false))?;
+    let mut newest = TimeStamp::zero();
+    let mut valid = cursor.seek_to_first()?;
+    while valid {
+        if let Ok(lock) = percolate_mvcc::Lock::parse(cursor.value()) {
+            newest = newest
+                .max(lock.ts)
+                .max(lock.for_update_ts)
+                .max(lock.min_commit_ts);
+        }
+        valid = cursor.next()?;
+    }
+    Ok(newest)
 }
 
 /// Each region's share of `total` worker threads (the machine's available

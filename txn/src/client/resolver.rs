@@ -288,8 +288,7 @@ impl<E: Engine> Inner<E> {
                 lock: primary_lock,
                 min_commit_ts_pushed,
             } => {
-                let expired = primary_lock.ts.physical().saturating_add(primary_lock.ttl)
-                    < current_ts.physical();
+                let expired = crate::actions::is_expired(&primary_lock, current_ts);
                 if primary_lock.use_async_commit && expired {
                     self.resolve_async_commit(&lock.primary_lock, &primary_lock)?
                 } else if min_commit_ts_pushed {

@@ -16,6 +16,7 @@ mod pessimistic;
 mod prewrite;
 mod raw;
 mod read;
+mod repair;
 mod resolve;
 mod write;
 
@@ -28,6 +29,7 @@ pub use self::raw::{
     RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan,
 };
 pub use self::read::{BatchGet, Get, MvccByKey, Scan, ScanLock};
+pub use self::repair::{DamagedRecord, Repair};
 pub use self::resolve::{
     CheckSecondaryLocks, CheckTxnStatus, Cleanup, ResolveLock, ResolveLockLite,
     SecondaryLocksStatus,

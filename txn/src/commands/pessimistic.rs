@@ -114,6 +114,8 @@ impl WriteCommand for AcquirePessimisticLock {
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
         self.check()?;
+        ctx.cm.check_limit(self.start_ts)?;
+        ctx.cm.check_limit(self.options.for_update_ts)?;
         // A value read or an existence decided at for_update_ts is a read
         // there: an async-commit or 1PC transaction must commit above it.
         let reads = self.options.return_value

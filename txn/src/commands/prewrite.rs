@@ -180,6 +180,7 @@ impl WriteCommand for Prewrite {
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<PrewriteResult>> {
         self.check()?;
+        ctx.cm.check_limit(self.props.start_ts)?;
         let Prewrite {
             mutations,
             mut props,

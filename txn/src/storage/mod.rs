@@ -40,10 +40,10 @@ use crate::actions::prewrite::PrewriteResult;
 use crate::actions::{ReleasedLock, TxnStatus};
 use crate::commands::{
     AcquirePessimisticLock, BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup,
-    Commit, Footprint, Gc, Get, MvccByKey, PessimisticRollback, Prewrite, RawBatchGet,
-    RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan, ReadCommand,
-    ResolveLock, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus, TxnHeartBeat, WriteCommand,
-    WriteContext,
+    Commit, DamagedRecord, Footprint, Gc, Get, MvccByKey, PessimisticRollback, Prewrite,
+    RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan,
+    ReadCommand, Repair, ResolveLock, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus,
+    TxnHeartBeat, WriteCommand, WriteContext,
 };
 use crate::concurrency_manager::{ConcurrencyManager, MaxTsLimit};
 use crate::lock_wait::{LockWaits, WaitOutcome, deleted_lock_hashes};
@@ -545,6 +545,13 @@ impl<E: Engine> Storage<E> {
             max_ts,
             limit,
         })
+    }
+
+    /// Deletes the records of `[start, end)` that do not decode and returns
+    /// them: see [`Repair`].
+    pub fn repair(&self, start: Option<Key>, end: Option<Key>) -> Result<Vec<DamagedRecord>> {
+        self.check_range(start.as_ref(), end.as_ref())?;
+        self.write(Repair { start, end })
     }
 
     /// Every lock, write record and value of `key`, decoded.

@@ -450,3 +450,104 @@ fn reads_offer_the_versions_they_sought() {
     assert_eq!(hint(), Some(ts(31)));
     assert_eq!(reader.get(k.clone(), ts(25)).unwrap(), Some(b"v1".to_vec()));
 }
+
+/// A timestamp whose physical part is `ms`.
+fn at_ms(ms: u64) -> TimeStamp {
+    TimeStamp::compose(ms, 0)
+}
+
+#[test]
+fn a_lock_ttl_above_the_cap_is_written_as_the_cap() {
+    let storage = storage();
+    let start_ts = at_ms(1_000);
+    let prewrite = Prewrite::new(vec![Mutation::put(key("k"), b"v".to_vec())], b"k", start_ts)
+        .lock_ttl(u64::MAX);
+    assert!(storage.prewrite(prewrite).unwrap().locks.is_empty());
+    let lock = storage.mvcc_by_key(key("k")).unwrap().lock.unwrap();
+    assert_eq!(lock.ttl, crate::actions::MAX_LOCK_TTL_MS);
+    // A heart beat cannot raise it past the cap either.
+    let ttl = storage
+        .txn_heart_beat(key("k"), start_ts, u64::MAX)
+        .unwrap();
+    assert_eq!(ttl, crate::actions::MAX_LOCK_TTL_MS);
+    // An hour and a moment after its start, anyone may roll it back.
+    let status = storage
+        .check_txn_status(
+            key("k"),
+            start_ts,
+            CheckTxnStatusOptions {
+                caller_start_ts: at_ms(1_000 + crate::actions::MAX_LOCK_TTL_MS + 1),
+                current_ts: at_ms(1_000 + crate::actions::MAX_LOCK_TTL_MS + 1),
+                rollback_if_not_exist: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(status, TxnStatus::TtlExpire);
+    assert!(storage.mvcc_by_key(key("k")).unwrap().lock.is_none());
+}
+
+#[test]
+fn a_lock_with_an_endless_ttl_on_disk_expires_after_the_cap() {
+    // Written by another program, bypassing the clamp.
+    let storage = storage();
+    let start_ts = at_ms(1_000);
+    let lock = percolate_mvcc::Lock::new(
+        percolate_mvcc::LockType::Put,
+        b"k".to_vec(),
+        start_ts,
+        u64::MAX,
+    );
+    let mut batch = percolate_engine::WriteBatch::new();
+    batch.put(
+        percolate_engine::Cf::Lock,
+        key("k").into_encoded(),
+        lock.to_bytes(),
+    );
+    storage
+        .engine()
+        .write(&batch, percolate_engine::WriteOptions::default())
+        .unwrap();
+    assert!(!crate::actions::is_expired(&lock, at_ms(1_000_000)));
+    let after_the_cap = at_ms(1_000 + crate::actions::MAX_LOCK_TTL_MS + 1);
+    assert!(crate::actions::is_expired(&lock, after_the_cap));
+}
+
+#[test]
+fn a_lock_cannot_start_beyond_the_oracle_allowance() {
+    let oracle: std::sync::Arc<dyn crate::oracle::TimestampOracle> =
+        std::sync::Arc::new(crate::oracle::CounterOracle::new(100));
+    let config = StorageConfig {
+        max_ts_limit: Some(MaxTsLimit::new(oracle, std::time::Duration::from_secs(1))),
+        ..Default::default()
+    };
+    let storage = Storage::new(MemoryEngine::new(), config);
+    let far = TimeStamp::new(u64::MAX - 1);
+    let err = storage
+        .prewrite(Prewrite::new(
+            vec![Mutation::put(key("k"), b"v".to_vec())],
+            b"k",
+            far,
+        ))
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidMaxTsUpdate { .. }), "{err}");
+    let err = storage
+        .acquire_pessimistic_lock(AcquirePessimisticLock::new(vec![key("k")], b"k", far, far))
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidMaxTsUpdate { .. }), "{err}");
+    let info = storage.mvcc_by_key(key("k")).unwrap();
+    assert!(info.lock.is_none() && info.writes.is_empty());
+    // Within the allowance, the same request goes through.
+    let near = at_ms(500);
+    assert!(
+        storage
+            .prewrite(Prewrite::new(
+                vec![Mutation::put(key("k"), b"v".to_vec())],
+                b"k",
+                near,
+            ))
+            .unwrap()
+            .locks
+            .is_empty()
+    );
+}
