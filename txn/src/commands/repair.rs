@@ -1,26 +1,4 @@
 //! Repair: remove the records of a range that do not decode.
-//!
-//! A record whose key or value is not in TiKV's format (a disk fault, a
-//! program that wrote the column families by hand) fails every read, scan
-//! and GC that reaches it with [`Corruption`](percolate_mvcc::Error::Corruption),
-//! and nothing in the protocol can resolve it: a lock that does not decode
-//! names no transaction to check. `Repair` is the way out. It walks the
-//! lock, write and default column families over a range and deletes exactly
-//! the records that do not decode, returning each one, key and value as
-//! stored, so that nothing is dropped without the caller holding a copy.
-//!
-//! A record that decodes is never touched, whatever it says: repairing is
-//! not resolving. Which records fail:
-//!
-//! * lock CF: a key that is not a memcomparable-encoded key, or a value
-//!   that is not a Lock record;
-//! * write CF: a key without a timestamp suffix after an encoded key, or a
-//!   value that is not a Write record;
-//! * default CF: a key without a timestamp suffix after an encoded key
-//!   (values there are the user's bytes, any bytes).
-//!
-//! No latch is taken: every command that reaches a damaged record fails on
-//! it, so none can be using one, and no command writes one.
 
 use percolate_engine::{Cf, EngineIterator, IterOptions, Snapshot, WriteBatch};
 use percolate_mvcc::codec::DecodeError;
@@ -30,7 +8,29 @@ use super::{Footprint, WriteCommand, WriteContext, WriteResult};
 use crate::Result;
 
 /// Deletes the records of `[start, end)` (encoded keys; `None`:
-/// unbounded) that do not decode; see the [module](self).
+/// unbounded) that do not decode.
+///
+/// A record whose key or value is not in TiKV's format (a disk fault, a
+/// program that wrote the column families by hand) fails every read, scan
+/// and GC that reaches it with [`Corruption`](percolate_mvcc::Error::Corruption),
+/// and nothing in the protocol can resolve it: a lock that does not decode
+/// names no transaction to check. `Repair` is the way out. It walks the
+/// lock, write and default column families over a range and deletes exactly
+/// the records that do not decode, returning each one, key and value as
+/// stored, so that nothing is dropped without the caller holding a copy.
+///
+/// A record that decodes is never touched, whatever it says: repairing is
+/// not resolving. Which records fail:
+///
+/// * lock CF: a key that is not a memcomparable-encoded key, or a value
+///   that is not a Lock record;
+/// * write CF: a key without a timestamp suffix after an encoded key, or a
+///   value that is not a Write record;
+/// * default CF: a key without a timestamp suffix after an encoded key
+///   (values there are the user's bytes, any bytes).
+///
+/// No latch is taken: every command that reaches a damaged record fails on
+/// it, so none can be using one, and no command writes one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Repair {
     /// Inclusive start.
