@@ -434,6 +434,65 @@ pub fn decode_bytes_desc(data: &mut &[u8]) -> DecodeResult<Vec<u8>> {
     decode_groups(data, true)
 }
 
+/// Decodes, in place and without allocating, a buffer that holds exactly
+/// one key written by [`encode_bytes`]: the raw bytes are moved to the
+/// front and the buffer cut to their length. The raw form is never longer
+/// than the encoded one (8 bytes of every 9), so each group moves down.
+///
+/// The whole buffer is checked before a byte moves: on error it is left
+/// as it was. Bytes after the terminating group are
+/// [`DecodeError::TrailingBytes`]; otherwise the errors of
+/// [`decode_bytes`].
+///
+/// ```
+/// # use percolate_mvcc::codec::{decode_bytes_in_place, encode_bytes};
+/// let mut buf = Vec::new();
+/// encode_bytes(&mut buf, b"a key longer than one group");
+/// decode_bytes_in_place(&mut buf).unwrap();
+/// assert_eq!(buf, b"a key longer than one group");
+/// ```
+pub fn decode_bytes_in_place(buf: &mut Vec<u8>) -> DecodeResult<()> {
+    let mut rest = buf.as_slice();
+    let raw_len = decoded_len(&mut rest)?;
+    if !rest.is_empty() {
+        return Err(DecodeError::TrailingBytes { len: rest.len() });
+    }
+    let mut written = 0;
+    let mut read = 0;
+    while written < raw_len {
+        let take = GROUP_SIZE.min(raw_len - written);
+        buf.copy_within(read..read + take, written);
+        written += take;
+        read += GROUP_SIZE + 1;
+    }
+    buf.truncate(raw_len);
+    Ok(())
+}
+
+/// Checks one ascending key as [`decode_bytes`] would and returns the
+/// length of its raw form, leaving `data` just after it.
+fn decoded_len(data: &mut &[u8]) -> DecodeResult<usize> {
+    let mut rest = *data;
+    let mut len = 0;
+    loop {
+        let [bytes @ .., marker] =
+            take_array::<{ GROUP_SIZE + 1 }>(&mut rest, "memcomparable key group")?;
+        let pad = usize::from(GROUP_MARKER - marker);
+        if pad == 0 {
+            len += GROUP_SIZE;
+            continue;
+        }
+        if pad > GROUP_SIZE {
+            return Err(DecodeError::KeyPadding);
+        }
+        if bytes[GROUP_SIZE - pad..].iter().any(|&b| b != 0) {
+            return Err(DecodeError::KeyPadding);
+        }
+        *data = rest;
+        return Ok(len + GROUP_SIZE - pad);
+    }
+}
+
 /// Shared body of [`decode_bytes`] and [`decode_bytes_desc`]. Bytes are
 /// un-inverted as they are read when `desc` is set.
 fn decode_groups(data: &mut &[u8], desc: bool) -> DecodeResult<Vec<u8>> {
@@ -680,6 +739,9 @@ mod tests {
             let mut data = asc;
             assert_eq!(decode_bytes(&mut data).as_deref(), Ok(raw));
             assert!(data.is_empty());
+            let mut in_place = asc.to_vec();
+            assert_eq!(decode_bytes_in_place(&mut in_place), Ok(()));
+            assert_eq!(in_place, raw);
             let mut data = desc;
             assert_eq!(decode_bytes_desc(&mut data).as_deref(), Ok(raw));
             assert!(data.is_empty());
@@ -706,6 +768,9 @@ mod tests {
             let mut data = bad;
             assert!(decode_bytes(&mut data).is_err(), "{bad:?} must be rejected");
             assert_eq!(data, bad, "input untouched on error");
+            let mut in_place = bad.to_vec();
+            assert!(decode_bytes_in_place(&mut in_place).is_err(), "{bad:?}");
+            assert_eq!(in_place, bad, "buffer untouched on error");
         }
         assert_eq!(
             decode_bytes(&mut &[0, 0, 0, 0, 0, 0, 0, 0, 0xf6][..]),
@@ -724,6 +789,29 @@ mod tests {
             decode_bytes_desc(&mut &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe, 0x08][..]),
             Err(DecodeError::KeyPadding)
         );
+    }
+
+    proptest::proptest! {
+        /// Decoding in place answers as decoding into a new buffer does,
+        /// for any raw key, with or without bytes after it.
+        #[test]
+        fn in_place_decoding_agrees(raw in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+                                    tail in proptest::collection::vec(proptest::num::u8::ANY, 0..3)) {
+            let mut buf = Vec::new();
+            encode_bytes(&mut buf, &raw);
+            buf.extend_from_slice(&tail);
+            let mut data = buf.as_slice();
+            let copied = decode_bytes(&mut data).map(|raw| (raw, data.len()));
+            let mut in_place = buf.clone();
+            match decode_bytes_in_place(&mut in_place) {
+                Ok(()) => proptest::prop_assert_eq!(copied, Ok((in_place, 0))),
+                Err(DecodeError::TrailingBytes { len }) => {
+                    proptest::prop_assert_eq!(copied.map(|(_, rest)| rest), Ok(len));
+                    proptest::prop_assert_eq!(in_place, buf);
+                }
+                Err(e) => proptest::prop_assert!(false, "{e:?}"),
+            }
+        }
     }
 
     #[test]

@@ -118,9 +118,27 @@ impl Key {
         Ok(raw)
     }
 
-    /// Like [`Key::to_raw`], consuming the key.
+    /// Like [`Key::to_raw`], consuming the key: decoded in place, in the
+    /// key's own buffer, without allocating.
     pub fn into_raw(self) -> DecodeResult<Vec<u8>> {
-        self.to_raw()
+        self.try_into_raw().map_err(|(_, e)| e)
+    }
+
+    /// Like [`Key::into_raw`], giving the key back, unchanged, with the
+    /// error when it does not decode (to name it in a `Corruption`).
+    ///
+    /// ```
+    /// # use percolate_mvcc::Key;
+    /// assert_eq!(Key::from_raw(b"k").try_into_raw().unwrap(), b"k");
+    /// let (key, _) = Key::from_encoded(vec![1, 2, 3]).try_into_raw().unwrap_err();
+    /// assert_eq!(key.as_encoded(), &[1, 2, 3]);
+    /// ```
+    pub fn try_into_raw(self) -> Result<Vec<u8>, (Key, DecodeError)> {
+        let mut buf = self.0;
+        match codec::decode_bytes_in_place(&mut buf) {
+            Ok(()) => Ok(buf),
+            Err(e) => Err((Key(buf), e)),
+        }
     }
 
     /// Appends `ts` as `!ts` big-endian, giving the key of one version.

@@ -291,7 +291,7 @@ impl<'a, E: Engine> Scan<'a, E> {
         }
         let mut batch = pairs
             .into_iter()
-            .map(|(k, v)| Ok((raw(&k)?, v)))
+            .map(|(k, v)| Ok((raw(k)?, v)))
             .collect::<Result<Vec<_>>>()?;
         if let Some((last, _)) = batch.last() {
             if self.kind.reverse {

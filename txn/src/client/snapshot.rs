@@ -81,7 +81,7 @@ impl<E: Engine> Snapshot<E> {
     pub fn batch_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         let mut found = std::collections::HashMap::with_capacity(keys.len());
         for (k, v) in self.client.batch_get(keys, self.ts)? {
-            found.insert(raw(&k)?, v);
+            found.insert(raw(k)?, v);
         }
         Ok(keys.iter().map(|k| found.get(*k).cloned()).collect())
     }

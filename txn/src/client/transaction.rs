@@ -151,7 +151,7 @@ impl<E: Engine> Transaction<E> {
             .collect();
         let mut found: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         for (k, v) in self.client.batch_get(&unbuffered, self.start_ts)? {
-            found.insert(raw(&k)?, v);
+            found.insert(raw(k)?, v);
         }
         keys.iter()
             .map(|k| match self.buffer.get(*k) {
@@ -311,8 +311,8 @@ fn forget<T>(pending: Pending<T>) {
     drop(pending);
 }
 
-pub(super) fn raw(key: &Key) -> Result<Vec<u8>> {
-    key.to_raw().map_err(|e| {
+pub(super) fn raw(key: Key) -> Result<Vec<u8>> {
+    key.try_into_raw().map_err(|(key, e)| {
         percolate_mvcc::Error::corruption(percolate_engine::Cf::Write, key.as_encoded(), e).into()
     })
 }
