@@ -177,7 +177,8 @@ pub enum Error {
     },
 
     /// A fail point fired (see [`crate::fail`]): an injected failure, for
-    /// tests.
+    /// tests. Only in builds with the `failpoints` feature.
+    #[cfg(any(test, feature = "failpoints"))]
     #[error("fail point {name} fired ({action:?})")]
     FailPoint {
         /// The point.

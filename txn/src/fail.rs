@@ -22,12 +22,13 @@
 //! holds exactly what a client killed at that point leaves. (Heart beats
 //! stop too, as they would with the process.) [`Action::Panic`] panics.
 //!
-//! **Cost.** Fail points are always compiled in, release builds included:
-//! a disabled point costs one relaxed atomic load (no fail point
-//! configured anywhere in the process), which is nothing next to the
-//! command it sits beside, and it lets a crash runner built in release
-//! mode stop a writer at an exact protocol step. Behind a cargo feature,
-//! the code under test would differ from the code shipped.
+//! **Cost.** Fail points exist only with the `failpoints` cargo feature
+//! (on with `test-util`, and for this crate's own tests); a default build
+//! compiles every point to nothing, and [`Error::FailPoint`] is not in its
+//! error enum. With the feature, a disabled point costs one relaxed
+//! atomic load (no fail point configured anywhere in the process), so a
+//! crash runner built in release mode can stop a writer at an exact
+//! protocol step.
 //!
 //! **Tests.** The configuration is process-wide, and tests of one binary
 //! run on parallel threads: hold a [`Scenario`] (from [`scenario`]) for the

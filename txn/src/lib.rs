@@ -38,7 +38,11 @@ pub mod cluster;
 pub mod commands;
 pub mod concurrency_manager;
 mod errors;
+#[cfg(any(test, feature = "failpoints"))]
 pub mod fail;
+#[cfg(not(any(test, feature = "failpoints")))]
+#[path = "fail_off.rs"]
+mod fail;
 pub mod lock_wait;
 pub mod oracle;
 pub mod read;
