@@ -130,7 +130,16 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
     }
 
     let mut value = None;
-    if let Some((commit_ts, write)) = reader.seek_write(&key, TimeStamp::max())? {
+    // Every record the checks below look for (a commit newer than
+    // for_update_ts, this transaction's own rollback) has a commit_ts at or
+    // above the start_ts: where the engine's ts ceiling of the key is below
+    // it, there is none, and only a request that wants the value reads.
+    let newest = if !should_not_exist && !wants_value && reader.no_write_since(&key, start_ts) {
+        None
+    } else {
+        reader.seek_write(&key, TimeStamp::max())?
+    };
+    if let Some((commit_ts, write)) = newest {
         if commit_ts > for_update_ts {
             return Err(percolate_mvcc::Error::WriteConflict {
                 start_ts,
@@ -246,5 +255,102 @@ fn check_not_exists<S: Snapshot>(
         }
         .into()),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use percolate_engine::{Engine, MemoryEngine};
+    use percolate_mvcc::{MvccReader, MvccTxn};
+
+    use super::*;
+    use percolate_engine::testing::temp_rocks_engine;
+
+    use crate::testing::TxnFixture;
+
+    /// Locks `k` for `start_ts` at `for_update_ts` over a fresh reader of
+    /// the latest data; returns the outcome and the write-CF reads made.
+    fn lock_counting_reads<E: Engine>(
+        f: &TxnFixture<E>,
+        k: &[u8],
+        start_ts: u64,
+        for_update_ts: u64,
+        should_not_exist: bool,
+    ) -> (Result<PessimisticLockKeyResult>, usize) {
+        let options = TxnFixture::<E>::lock_options(k, for_update_ts);
+        let mut txn = MvccTxn::new(TimeStamp::new(start_ts));
+        let mut reader = MvccReader::new(f.engine().latest());
+        let outcome = acquire_pessimistic_lock(
+            &mut txn,
+            &mut reader,
+            Key::from_raw(k),
+            should_not_exist,
+            &options,
+        );
+        (outcome, reader.statistics().write.total())
+    }
+
+    /// The conflict check reads nothing where the engine's ts ceiling of
+    /// the key is below the start_ts, and still finds a newer commit or an
+    /// own rollback (both at or above the start_ts) where it is not; a
+    /// request that must see the data reads it whatever the ceiling says.
+    fn conflict_check_reads_only_below_the_ceiling<E: Engine>(engine: E) {
+        let f = TxnFixture::new(engine);
+        let k = b"k";
+        f.must_prewrite_put(k, b"old", k, 10);
+        f.must_commit(k, 10, 20);
+
+        let (outcome, reads) = lock_counting_reads(&f, k, 30, 30, false);
+        assert!(outcome.is_ok(), "{outcome:?}");
+        assert_eq!(reads, 0, "every record is older than 30");
+
+        let (outcome, reads) = lock_counting_reads(&f, k, 15, 15, false);
+        assert!(
+            matches!(
+                outcome,
+                Err(crate::Error::Mvcc(percolate_mvcc::Error::WriteConflict {
+                    reason: WriteConflictReason::PessimisticRetry,
+                    ..
+                }))
+            ),
+            "{outcome:?}"
+        );
+        assert!(reads > 0);
+
+        // A rollback record sits at the start_ts itself.
+        f.must_rollback(b"r", 40);
+        let (outcome, _) = lock_counting_reads(&f, b"r", 40, 40, false);
+        assert!(
+            matches!(
+                outcome,
+                Err(crate::Error::Mvcc(
+                    percolate_mvcc::Error::PessimisticLockRolledBack { .. }
+                ))
+            ),
+            "{outcome:?}"
+        );
+
+        // should_not_exist must see the value, ceiling or not.
+        let (outcome, reads) = lock_counting_reads(&f, k, 30, 30, true);
+        assert!(
+            matches!(
+                outcome,
+                Err(crate::Error::Mvcc(
+                    percolate_mvcc::Error::AlreadyExist { .. }
+                ))
+            ),
+            "{outcome:?}"
+        );
+        assert!(reads > 0);
+    }
+
+    #[test]
+    fn conflict_check_reads_only_below_the_ceiling_on_memory() {
+        conflict_check_reads_only_below_the_ceiling(MemoryEngine::new());
+    }
+
+    #[test]
+    fn conflict_check_reads_only_below_the_ceiling_on_rocks() {
+        conflict_check_reads_only_below_the_ceiling(temp_rocks_engine());
     }
 }
