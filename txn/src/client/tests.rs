@@ -897,3 +897,115 @@ fn workers_are_shared_out_among_the_regions() {
     assert_eq!(workers_per_region(Some(0), 3), 2);
     assert!(workers_per_region(None, 1) >= 2);
 }
+
+/// The client's heart beats keep a transaction's primary lock alive past
+/// its TTL: with the clock 10 s past a 300 ms TTL, the lock's TTL is raised
+/// to cover the time passed, so a younger writer that meets it finds its
+/// owner alive and gives way, and the owner commits. (Without heart beats
+/// the TTL stays at 300 ms: the writer would roll the lock back, and the
+/// owner's commit would fail.)
+#[test]
+fn heart_beats_keep_a_long_transactions_primary_alive() {
+    let setup = setup(ClientConfig {
+        lock_ttl_ms: 300,
+        resolve_timeout: Duration::from_millis(200),
+        ..Default::default()
+    });
+    let client = &setup.client;
+    let mut owner = client.begin_pessimistic().unwrap();
+    owner.put(b"k".to_vec(), b"owner".to_vec()).unwrap();
+    setup.clock.advance(10_000);
+
+    let storage = client.cluster().region_for(b"k").storage();
+    let ttl = || {
+        storage
+            .mvcc_by_key(key(b"k"))
+            .unwrap()
+            .lock
+            .map_or(0, |lock| lock.ttl)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while ttl() < 10_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no heart beat raised the TTL: {} ms",
+            ttl()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let mut writer = client.begin().unwrap();
+    writer.put(b"k".to_vec(), b"writer".to_vec());
+    let err = writer.commit().expect_err("the owner is alive");
+    assert!(
+        matches!(err, Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(_))),
+        "{err:?}"
+    );
+    owner.commit().unwrap();
+    assert_eq!(client.get_latest(b"k").unwrap(), Some(b"owner".to_vec()));
+}
+
+/// An oracle that counts the timestamps asked of it.
+struct CountingOracle {
+    inner: LocalOracle,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::oracle::TimestampOracle for CountingOracle {
+    fn get_ts(&self) -> Result<TimeStamp> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get_ts()
+    }
+
+    fn get_ts_batch(&self, count: u32) -> Result<TimeStamp> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get_ts_batch(count)
+    }
+}
+
+/// `get_latest` reads without a timestamp: no oracle call at all, for a
+/// key that exists, one that does not, and one in each region.
+#[test]
+fn get_latest_asks_the_oracle_for_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let oracle = Arc::new(CountingOracle {
+        inner: LocalOracle::open(dir.path()).unwrap(),
+        calls: Default::default(),
+    });
+    let storage = StorageConfig {
+        initial_max_ts: oracle.get_ts().unwrap(),
+        ..Default::default()
+    };
+    let cluster = Cluster::new(
+        MemoryEngine::new(),
+        vec![b"g".to_vec(), b"p".to_vec()],
+        storage,
+    );
+    let client = Client::new(cluster, oracle.clone(), ClientConfig::default());
+    let mut txn = client.begin().unwrap();
+    for k in ["a", "h", "q"] {
+        txn.put(k.as_bytes().to_vec(), b"v".to_vec());
+    }
+    txn.commit().unwrap();
+
+    let before = oracle.calls.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..10 {
+        for k in ["a", "h", "q"] {
+            assert_eq!(
+                client.get_latest(k.as_bytes()).unwrap(),
+                Some(b"v".to_vec())
+            );
+        }
+        assert_eq!(client.get_latest(b"missing").unwrap(), None);
+    }
+    assert_eq!(
+        oracle.calls.load(std::sync::atomic::Ordering::SeqCst),
+        before
+    );
+    // A read at a snapshot does ask, once.
+    client.snapshot_latest().unwrap().get(b"a").unwrap();
+    assert_eq!(
+        oracle.calls.load(std::sync::atomic::Ordering::SeqCst),
+        before + 1
+    );
+}
