@@ -277,6 +277,19 @@ impl Client<RocksEngine> {
     }
 }
 
+impl Client<RocksEngine> {
+    /// What the open dropped from a damaged write-ahead log, when the
+    /// client was opened with
+    /// [`WalRecovery::SalvagePrefix`](percolate_engine::WalRecovery) in
+    /// [`OpenOptions::engine`] and the log was damaged; `None` otherwise.
+    pub fn salvage_report(&self) -> Option<&percolate_engine::SalvageReport> {
+        self.inner.cluster.regions()[0]
+            .storage()
+            .engine()
+            .salvage_report()
+    }
+}
+
 /// The newest timestamp the locks on disk carry (start_ts, for_update_ts,
 /// min_commit_ts): an oracle that handed out one of them again would give
 /// a new transaction the identity of the lock's. Locks are few (each lives
@@ -317,7 +330,12 @@ const DIR_LOCK_FILE: &str = "PERCOLATE.LOCK";
 /// held as long as the returned file is open: the process's exit, however
 /// it ends, releases it. Fails with [`Error::DirectoryLocked`] when another
 /// process (or another client of this one) holds it.
-fn lock_directory(dir: &Path) -> Result<std::fs::File> {
+///
+/// [`Client::open_with`] takes it before RocksDB opens; a tool that opens
+/// a data directory's engine itself (to build a [`Client`] from parts with
+/// [`Client::new`]) takes it first too, and keeps the file open as long as
+/// the engine.
+pub fn lock_directory(dir: &Path) -> Result<std::fs::File> {
     let path = dir.join(DIR_LOCK_FILE);
     let io = |source| {
         Error::from(percolate_engine::Error::Io {
