@@ -57,6 +57,14 @@ pub enum Error {
         /// What RocksDB reported.
         detail: String,
     },
+    /// A write to an engine opened read-only
+    /// ([`RocksEngine::open_read_only`](crate::RocksEngine::open_read_only)):
+    /// nothing was written.
+    #[error("the database in {} is open read-only", path.display())]
+    ReadOnly {
+        /// The database directory.
+        path: std::path::PathBuf,
+    },
     /// A fault injected by a test engine.
     #[error("injected fault: {reason}")]
     Injected {

@@ -189,6 +189,8 @@ struct Inner {
     locks: LockMirror,
     /// What a salvaging open dropped, if it did.
     salvage: Option<SalvageReport>,
+    /// Opened with [`RocksEngine::open_read_only`]: every write fails.
+    read_only: bool,
     /// Held only to be removed on drop.
     _temp_dir: Option<tempfile::TempDir>,
 }
@@ -221,24 +223,51 @@ impl RocksEngine {
                 source,
             })?;
         let path = dir.path().to_path_buf();
-        Self::open_inner(path, &RocksOptions::default(), Some(dir))
+        Self::open_inner(path, &RocksOptions::default(), Some(dir), false)
     }
 
     /// Opens (creating if needed) the database in `path`.
     pub fn open_with(path: impl AsRef<Path>, options: &RocksOptions) -> Result<Self> {
-        Self::open_inner(path.as_ref().to_path_buf(), options, None)
+        Self::open_inner(path.as_ref().to_path_buf(), options, None, false)
+    }
+
+    /// Opens the existing database in `path` for reading only: RocksDB's
+    /// read-only mode, which takes no lock on the directory and writes
+    /// nothing to it, so it serves a database another process has open, or
+    /// one on read-only media. It reads the data as of the open (the log
+    /// replayed in memory); every [`Engine::write`] fails with
+    /// [`Error::ReadOnly`]. A directory that holds no database is an error,
+    /// not a new database.
+    pub fn open_read_only(path: impl AsRef<Path>, options: &RocksOptions) -> Result<Self> {
+        Self::open_inner(path.as_ref().to_path_buf(), options, None, true)
+    }
+
+    /// Whether the engine was opened with [`open_read_only`](Self::open_read_only).
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
     }
 
     fn open_inner(
         path: PathBuf,
         options: &RocksOptions,
         temp_dir: Option<tempfile::TempDir>,
+        read_only: bool,
     ) -> Result<Self> {
-        std::fs::create_dir_all(&path).map_err(|source| Error::Io {
-            op: "create directory",
-            path: path.clone(),
-            source,
-        })?;
+        if read_only {
+            // RocksDB would say "IO error: No such file or directory" about
+            // a file inside; name the directory.
+            std::fs::metadata(path.join("CURRENT")).map_err(|source| Error::Io {
+                op: "open read-only (no database here)",
+                path: path.clone(),
+                source,
+            })?;
+        } else {
+            std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+                op: "create directory",
+                path: path.clone(),
+                source,
+            })?;
+        }
         let cache = Cache::new_lru_cache(options.block_cache_bytes);
         let open = |mode| {
             let cfs = Cf::ALL
@@ -250,7 +279,12 @@ impl RocksEngine {
                     ))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            DB::open_cf_descriptors(&db_options(options, mode), &path, cfs).map_err(|e| {
+            let opened = if read_only {
+                DB::open_cf_descriptors_read_only(&db_options(options, mode), &path, cfs, false)
+            } else {
+                DB::open_cf_descriptors(&db_options(options, mode), &path, cfs)
+            };
+            opened.map_err(|e| {
                 if e.kind() == rocksdb::ErrorKind::Corruption {
                     Error::CorruptedAtOpen {
                         path: path.clone(),
@@ -269,7 +303,7 @@ impl RocksEngine {
         let mut salvage = None;
         let db = match open(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords) {
             Err(Error::CorruptedAtOpen { detail, .. })
-                if options.wal_recovery == WalRecovery::SalvagePrefix =>
+                if options.wal_recovery == WalRecovery::SalvagePrefix && !read_only =>
             {
                 let logs_kept = keep_logs(&path)?;
                 let db = open(rocksdb::DBRecoveryMode::PointInTime)?;
@@ -298,6 +332,7 @@ impl RocksEngine {
             raising: Mutex::new(()),
             locks,
             salvage,
+            read_only,
             _temp_dir: temp_dir,
         });
         let cursors = Arc::new(CursorPool::new());
@@ -572,6 +607,13 @@ impl Engine for RocksEngine {
     }
 
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
+        // Before the bookkeeping too: the lock mirror alone holds
+        // pessimistic locks, which would otherwise be "written" there.
+        if self.inner.read_only {
+            return Err(Error::ReadOnly {
+                path: self.inner.path.clone(),
+            });
+        }
         self.inner.epochs.begin(batch);
         let written = self.apply(batch, options);
         if written.is_ok() {

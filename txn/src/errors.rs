@@ -176,6 +176,15 @@ pub enum Error {
         max: usize,
     },
 
+    /// A write through a client opened with
+    /// [`Client::open_read_only`](crate::client::Client::open_read_only):
+    /// nothing was written.
+    #[error("{} is open read-only", path.display())]
+    ReadOnly {
+        /// The data directory.
+        path: std::path::PathBuf,
+    },
+
     /// A fail point fired (see [`crate::fail`]): an injected failure, for
     /// tests. Only in builds with the `failpoints` feature.
     #[cfg(any(test, feature = "failpoints"))]

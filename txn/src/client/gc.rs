@@ -37,6 +37,7 @@ impl<E: Engine> Client<E> {
     /// versions gone. A safe point not below the oracle's latest timestamp
     /// is `InvalidRequest`; zero collects nothing.
     pub fn gc(&self, safe_point: TimeStamp) -> Result<GcInfo> {
+        self.check_writable()?;
         let mut total = GcInfo::default();
         if safe_point.is_zero() {
             return Ok(total);
@@ -66,6 +67,7 @@ impl<E: Engine> Client<E> {
     /// reads or GC fail with `Corruption`; records that decode are never
     /// touched.
     pub fn repair(&self) -> Result<Vec<DamagedRecord>> {
+        self.check_writable()?;
         let mut removed = Vec::new();
         for region in self.cluster().regions() {
             // The first region reaches down to no bound at all: a damaged

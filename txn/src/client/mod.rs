@@ -215,6 +215,9 @@ pub(crate) struct Inner<E: Engine> {
     /// The data directory's lock, held while the client lives (see
     /// [`Client::open_with`]); `None` for a client built from parts.
     _dir_lock: Option<std::fs::File>,
+    /// The directory of a client from [`Client::open_read_only`]: it
+    /// writes nothing, and a lock met is an error, not resolved.
+    pub(crate) read_only: Option<std::path::PathBuf>,
 }
 
 impl Client<RocksEngine> {
@@ -278,6 +281,44 @@ impl Client<RocksEngine> {
 }
 
 impl Client<RocksEngine> {
+    /// Opens a data directory for reading only, for inspecting a database
+    /// another process has open, or one on read-only media.
+    ///
+    /// Nothing in `dir` is written or locked: RocksDB is opened in its
+    /// read-only mode (the data as of the open), percolate's directory lock
+    /// is not taken and the oracle's state file is not touched; the
+    /// client's timestamps start above every commit and lock in the data
+    /// and above the clock, and live only in memory. Reads see every
+    /// commit made before the open. A read that meets a lock fails at once
+    /// with `KeyIsLocked` (resolving it would be a write), and every write
+    /// (a commit with writes, a pessimistic transaction, raw writes, GC,
+    /// repair) fails with [`Error::ReadOnly`]. A directory without a
+    /// database is an error.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let engine = RocksEngine::open_read_only(dir.join("db"), &RocksOptions::default())?;
+        let now = TimeStamp::compose(crate::oracle::Clock::now_ms(&crate::oracle::SystemClock), 0);
+        let floor = TimeStamp::new(engine.persisted_ts_ceiling())
+            .max(newest_lock_ts(&engine)?)
+            .max(now);
+        let oracle: Arc<dyn TimestampOracle> =
+            Arc::new(crate::oracle::CounterOracle::new(floor.into_inner() + 1));
+        let storage = StorageConfig {
+            initial_max_ts: oracle.get_ts()?,
+            ..StorageConfig::default()
+        };
+        let cluster = Cluster::new(engine, Vec::new(), storage);
+        let inner = Arc::new_cyclic(|weak| Inner {
+            cluster,
+            oracle,
+            heartbeats: HeartBeats::new(weak.clone(), ClientConfig::default().lock_ttl_ms),
+            config: ClientConfig::default(),
+            _dir_lock: None,
+            read_only: Some(dir.to_path_buf()),
+        });
+        Ok(Client { inner })
+    }
+
     /// What the open dropped from a damaged write-ahead log, when the
     /// client was opened with
     /// [`WalRecovery::SalvagePrefix`](percolate_engine::WalRecovery) in
@@ -287,6 +328,17 @@ impl Client<RocksEngine> {
             .storage()
             .engine()
             .salvage_report()
+    }
+}
+
+impl<E: Engine> Inner<E> {
+    /// Fails with [`Error::ReadOnly`] on a client from
+    /// [`Client::open_read_only`].
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        match &self.read_only {
+            Some(dir) => Err(Error::ReadOnly { path: dir.clone() }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -383,8 +435,15 @@ impl<E: Engine> Client<E> {
             heartbeats: HeartBeats::new(weak.clone(), config.lock_ttl_ms),
             config,
             _dir_lock: dir_lock,
+            read_only: None,
         });
         Client { inner }
+    }
+
+    /// Fails with [`Error::ReadOnly`] on a client from
+    /// [`Client::open_read_only`].
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        self.inner.check_writable()
     }
 
     /// The regions.
@@ -415,6 +474,7 @@ impl<E: Engine> Client<E> {
     /// and [`get_for_update`](PessimisticTransaction::get_for_update) lock
     /// keys as they go (see [`PessimisticTransaction`]).
     pub fn begin_pessimistic(&self) -> Result<PessimisticTransaction<E>> {
+        self.check_writable()?;
         Ok(PessimisticTransaction::new(self.begin()?))
     }
 

@@ -102,12 +102,14 @@ impl<E: Engine> RawClient<E> {
 
     /// Sets `key` to `value`.
     pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
+        self.client.check_writable()?;
         let key = key.into();
         self.storage(&key).raw_put(key, value.into())
     }
 
     /// Sets every pair (atomically within each region).
     pub fn batch_put(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        self.client.check_writable()?;
         for (index, group) in self.by_region(pairs, |(k, _)| k) {
             self.client.cluster.regions()[index]
                 .storage()
@@ -118,12 +120,14 @@ impl<E: Engine> RawClient<E> {
 
     /// Deletes `key` (a missing key is not an error).
     pub fn delete(&self, key: impl Into<Vec<u8>>) -> Result<()> {
+        self.client.check_writable()?;
         let key = key.into();
         self.storage(&key).raw_delete(key)
     }
 
     /// Deletes every key of `keys` (atomically within each region).
     pub fn batch_delete(&self, keys: Vec<Vec<u8>>) -> Result<()> {
+        self.client.check_writable()?;
         for (index, group) in self.by_region(keys, |k| k) {
             self.client.cluster.regions()[index]
                 .storage()
@@ -136,6 +140,7 @@ impl<E: Engine> RawClient<E> {
     /// covers). Raw writes made meanwhile inside the range may or may not
     /// survive it.
     pub fn delete_range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<()> {
+        self.client.check_writable()?;
         let mut range = ByteRange::new(range);
         if range.end.is_none() {
             // A range deletion needs an end: just past the last key now.
@@ -174,6 +179,7 @@ impl<E: Engine> RawClient<E> {
         expected: Option<&[u8]>,
         value: Option<&[u8]>,
     ) -> Result<(bool, Option<Vec<u8>>)> {
+        self.client.check_writable()?;
         self.storage(key).raw_compare_and_swap(
             key.to_vec(),
             expected.map(<[u8]>::to_vec),

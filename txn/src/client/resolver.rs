@@ -196,6 +196,13 @@ impl<E: Engine> Inner<E> {
                 Attempt::Done(out) => return Ok(out),
                 Attempt::Locked(locks) => locks,
             };
+            if self.read_only.is_some() {
+                // Resolving would write.
+                if let Some(lock) = locks.into_iter().next() {
+                    return Err(percolate_mvcc::Error::KeyIsLocked(Box::new(lock)).into());
+                }
+                continue;
+            }
             let before = pushed.len();
             let alive = self.resolve_locks(&locks, ts, &mut pushed)?;
             if pushed.len() != before {

@@ -245,6 +245,7 @@ impl<E: Engine> Transaction<E> {
                 protocol: CommitProtocol::ReadOnly,
             });
         }
+        self.client.check_writable()?;
         // Without the time already spent, a transaction kept open longer
         // than the TTL would write locks that are expired from the start,
         // and any reader could roll it back before its first heart beat.
