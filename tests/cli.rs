@@ -133,3 +133,146 @@ fn gc_drops_the_versions_no_read_can_see() {
     assert_eq!(writes(dir), 1);
     assert_eq!(ok(dir, &["get", "k"]), "3\n");
 }
+
+/// Runs `percolate --dir DIR ARGS...` with `input` on stdin.
+fn percolate_with_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_percolate"))
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the percolate binary runs");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Keys and values are printed escaped: a newline in a key cannot forge
+/// a second line, an escape sequence never reaches the terminal, a TAB
+/// cannot fake the separator.
+#[test]
+fn output_is_escaped_so_no_key_forges_a_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    ok(dir, &["put", "x\nacct/2", "evil\t\u{1b}[31mred"]);
+    ok(dir, &["put", "plain", "caf\u{e9}"]);
+    let scan = ok(dir, &["scan"]);
+    assert_eq!(
+        scan,
+        "plain\tcaf\\xc3\\xa9\nx\\nacct/2\tevil\\t\\x1b[31mred\n"
+    );
+    assert_eq!(scan.lines().count(), 2);
+    assert_eq!(ok(dir, &["get", "x\nacct/2"]), "evil\\t\\x1b[31mred\n");
+    assert!(!ok(dir, &["mvcc", "x\nacct/2"]).contains('\u{1b}'));
+}
+
+/// `put KEY -` and `raw put KEY -` read the value from stdin: values far
+/// larger than a command line takes.
+#[test]
+fn a_value_of_dash_is_read_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let big = vec![b'v'; 1 << 20];
+    let out = percolate_with_stdin(dir, &["put", "big", "-"], &big);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = ok(dir, &["get", "big"]);
+    assert_eq!(got.trim_end().len(), big.len());
+    let out = percolate_with_stdin(dir, &["raw", "put", "rawbig", "-"], b"line1\nline2");
+    assert!(out.status.success());
+    assert_eq!(ok(dir, &["raw", "get", "rawbig"]), "line1\\nline2\n");
+}
+
+/// A command that only reads does not create a missing directory: it is
+/// an error, and nothing appears; a command that writes creates it.
+#[test]
+fn reading_a_missing_directory_is_an_error_and_creates_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let missing = root.path().join("typo");
+    for args in [
+        &["get", "k"][..],
+        &["scan"],
+        &["mvcc", "k"],
+        &["raw", "get", "k"],
+        &["raw", "scan"],
+        &["gc"],
+        &["repair"],
+        &["--read-only", "get", "k"],
+    ] {
+        let out = percolate(&missing, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        assert!(!missing.exists(), "{args:?} created the directory");
+    }
+    ok(&missing, &["put", "k", "v"]);
+    assert_eq!(ok(&missing, &["get", "k"]), "v\n");
+}
+
+/// `soak --kill-every` takes a finite number of seconds above zero; any
+/// other is a usage error (status 2), not a panic.
+#[test]
+fn soak_kill_every_is_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in ["inf", "NaN", "0", "-1", "soon"] {
+        let out = percolate(dir.path(), &["soak", &format!("--kill-every={bad}")]);
+        assert_eq!(out.status.code(), Some(2), "--kill-every {bad}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains("--kill-every"), "{bad}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{bad}: {stderr}");
+    }
+}
+
+/// `--read-only` reads a directory another process holds (without it, the
+/// directory lock refuses the open), and refuses to write.
+#[test]
+fn read_only_reads_beside_the_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    ok(dir, &["put", "k", "v"]);
+    let owner = percolate::Client::open(dir).unwrap();
+    let out = percolate(dir, &["get", "k"]);
+    assert_eq!(out.status.code(), Some(1), "the owner holds the directory");
+    assert_eq!(ok(dir, &["--read-only", "get", "k"]), "v\n");
+    assert_eq!(ok(dir, &["--read-only", "scan"]), "k\tv\n");
+    let out = percolate(dir, &["--read-only", "put", "k", "w"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("read-only"));
+    drop(owner);
+    assert_eq!(ok(dir, &["get", "k"]), "v\n");
+}
+
+/// `repair` removes a record that does not decode (it failed every scan)
+/// and prints it; the scan works again.
+#[test]
+fn repair_removes_what_does_not_decode() {
+    use percolate::engine::{Cf, Engine, WriteBatch, WriteOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    ok(dir, &["put", "a", "1"]);
+    {
+        let client = percolate::Client::open(dir).unwrap();
+        let mut batch = WriteBatch::new();
+        batch.put(
+            Cf::Lock,
+            percolate::mvcc::Key::from_raw(b"b").into_encoded(),
+            b"\xffjunk".to_vec(),
+        );
+        client.cluster().regions()[0]
+            .storage()
+            .engine()
+            .write(&batch, WriteOptions::default())
+            .unwrap();
+    }
+    assert_eq!(percolate(dir, &["scan"]).status.code(), Some(1));
+    let report = ok(dir, &["repair"]);
+    assert!(report.starts_with("lock\t"), "{report}");
+    assert!(report.ends_with("1 damaged records removed\n"), "{report}");
+    assert_eq!(ok(dir, &["scan"]), "a\t1\n");
+}

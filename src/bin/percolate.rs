@@ -10,7 +10,21 @@
 //! percolate --dir DATA --hex get 616c696365 # keys and values as hex
 //! percolate --dir DATA gc --safe-point-age 600  # drop versions older than 10 minutes
 //! percolate --dir DATA soak --transactions 1000000 --kill-every 2
+//! percolate --dir DATA repair                # remove records that do not decode
+//! percolate --dir DATA --read-only scan      # beside the process that holds DATA
+//! echo -n big | percolate --dir DATA put k -  # the value from stdin
 //! ```
+//!
+//! **Keys and values.** Arguments are taken literally, as UTF-8 text (or
+//! as hex with `--hex`); a value of `-` is read from stdin. Output is
+//! escaped with Rust's `escape_ascii`: printable ASCII is printed as is,
+//! and TAB, newline, backslash, quotes, control and non-ASCII bytes as
+//! `\t`, `\n`, `\\`, `\'`, `\"` and `\xNN`, so a key can never forge
+//! a line or reach the terminal as an escape sequence; `--hex` prints hex.
+//!
+//! **Directories.** Only commands that write (`put`, `delete`, `raw put`,
+//! `raw delete`, `soak`) create a missing directory; every other command
+//! on a missing directory is an error and creates nothing.
 //!
 //! Transactional commands go through [`percolate::Client`], each in its own
 //! transaction; `mvcc` and `raw` talk to the storage of the region holding
@@ -27,27 +41,41 @@ mod crash;
 
 use std::io::Write;
 use std::ops::Bound;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use percolate::engine::WalRecovery;
 use percolate::mvcc::{Key, TimeStamp};
 use percolate::txn::client::MAX_BATCH;
 use percolate::txn::commands::RawScan;
 use percolate::txn::storage::Storage;
-use percolate::{Client, CommitInfo};
+use percolate::{Client, CommitInfo, OpenOptions};
 
 /// Transactions, MVCC records and raw KV of a percolate data directory.
 #[derive(Debug, Parser)]
 #[command(name = "percolate", version)]
 struct Cli {
     /// The data directory (RocksDB in DIR/db, the oracle state in
-    /// DIR/TIMESTAMP); created if missing.
+    /// DIR/TIMESTAMP); created if missing by the commands that write, an
+    /// error for the others.
     #[arg(long, global = true, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Keys and values are given and printed as hex instead of UTF-8.
+    /// Keys and values are given and printed as hex instead of UTF-8
+    /// (printed escaped: see `--help`).
     #[arg(long, global = true)]
     hex: bool,
+    /// Open DIR for reading only: no lock taken, nothing written, so it
+    /// works beside the process that holds DIR or on read-only media.
+    /// Writes fail; a lock met is reported, not resolved.
+    #[arg(long, global = true)]
+    read_only: bool,
+    /// Open a database whose write-ahead log is damaged with what the log
+    /// holds before the damage (the records after it are dropped; the log
+    /// files are first kept in DIR/db.wal-<ms>/ and the damage reported).
+    /// Without it such a database does not open.
+    #[arg(long, global = true)]
+    salvage_wal: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -58,7 +86,7 @@ enum Command {
     Put {
         /// The key.
         key: String,
-        /// The value.
+        /// The value; `-` reads it from stdin.
         value: String,
     },
     /// Prints the latest committed value of KEY.
@@ -91,6 +119,12 @@ enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = 600)]
         safe_point_age: u64,
     },
+    /// Removes the records that do not decode (a lock, write record or
+    /// long value whose bytes are not in TiKV's format), which fail every
+    /// read and GC that reaches them, and prints each one removed, as
+    /// stored, in hex: `CF<TAB>KEY<TAB>VALUE<TAB>REASON`. Records that
+    /// decode are never touched.
+    Repair,
     /// Runs writer processes on DIR, kills each with SIGKILL at a random
     /// moment, and checks after every kill that no commit was lost, none is
     /// half visible, the bank and counters add up and timestamps never go
@@ -107,8 +141,9 @@ struct SoakArgs {
     /// Stop once this many transactions were reported committed.
     #[arg(long, default_value_t = 1_000_000)]
     transactions: u64,
-    /// Mean seconds a writer runs before it is killed.
-    #[arg(long, default_value_t = 2.0)]
+    /// Mean seconds a writer runs before it is killed: a finite number
+    /// above zero.
+    #[arg(long, default_value_t = 2.0, value_parser = positive_seconds)]
     kill_every: f64,
     /// Threads of each writer.
     #[arg(long, default_value_t = 4)]
@@ -145,7 +180,7 @@ enum RawCommand {
     Put {
         /// The key.
         key: String,
-        /// The value.
+        /// The value; `-` reads it from stdin.
         value: String,
     },
     /// Deletes a raw key.
@@ -209,14 +244,65 @@ fn one_line(e: &dyn std::error::Error) -> String {
     line.replace('\n', " ")
 }
 
+/// How the data directory is opened.
+#[derive(Clone, Copy, Debug)]
+struct Opening {
+    read_only: bool,
+    salvage_wal: bool,
+}
+
+impl Opening {
+    /// Opens `dir`; only a command that `writes` may create it.
+    fn open(self, dir: &Path, writes: bool) -> Result<Client, Failure> {
+        if !writes && !dir.exists() {
+            return Err(format!(
+                "no data directory at {} (only commands that write create one)",
+                dir.display()
+            )
+            .into());
+        }
+        if self.read_only {
+            if self.salvage_wal {
+                return Err("--salvage-wal writes; it cannot go with --read-only".into());
+            }
+            return Ok(Client::open_read_only(dir)?);
+        }
+        let mut options = OpenOptions::default();
+        if self.salvage_wal {
+            options.engine.wal_recovery = WalRecovery::SalvagePrefix;
+        }
+        let client = Client::open_with(dir, options)?;
+        if let Some(report) = client.salvage_report() {
+            eprintln!(
+                "warning: the write-ahead log was damaged ({}); recovered through sequence {}, \
+                 dropped what followed; the log as it was is kept in {}",
+                report.damage.replace('\n', " "),
+                report.last_sequence,
+                report.logs_kept.display()
+            );
+        }
+        Ok(client)
+    }
+}
+
 fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
     let codec = Codec { hex: cli.hex };
     let Some(dir) = cli.dir else {
         return Err("--dir DIR is required".into());
     };
+    let opening = Opening {
+        read_only: cli.read_only,
+        salvage_wal: cli.salvage_wal,
+    };
+    if opening.read_only && matches!(cli.command, Command::Soak(_) | Command::CrashWriter(_)) {
+        return Err("soak writes; it cannot run with --read-only".into());
+    }
     let command = match cli.command {
         Command::Soak(args) => return soak(&dir, &args, out),
-        Command::Gc { safe_point_age } => return gc(&dir, safe_point_age, out),
+        Command::Gc { safe_point_age } => {
+            return gc(&opening.open(&dir, false)?, safe_point_age, out);
+        }
+        Command::Repair => return repair(&opening.open(&dir, false)?, out),
         Command::CrashWriter(args) => {
             let args = crash::writer::WriterArgs {
                 round: args.round,
@@ -231,7 +317,7 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
     // Decode every argument before opening the directory: a typo costs
     // nothing.
     let command = Decoded::new(command, codec)?;
-    let client = Client::open(&dir)?;
+    let client = opening.open(&dir, command.writes())?;
     match command {
         Decoded::Put(key, value) => {
             let mut txn = client.begin()?;
@@ -330,8 +416,7 @@ fn raw_scan(client: &Client, range: &Range) -> Result<Vec<KvPair>, Failure> {
 
 /// `percolate gc`: collects at a safe point `age_s` seconds back (at
 /// least one tick below the oracle's latest timestamp).
-fn gc(dir: &std::path::Path, age_s: u64, out: &mut impl Write) -> Result<(), Failure> {
-    let client = Client::open(dir)?;
+fn gc(client: &Client, age_s: u64, out: &mut impl Write) -> Result<(), Failure> {
     let latest = client.oracle().get_ts()?;
     let back = TimeStamp::compose(
         latest.physical().saturating_sub(age_s.saturating_mul(1000)),
@@ -344,6 +429,24 @@ fn gc(dir: &std::path::Path, age_s: u64, out: &mut impl Write) -> Result<(), Fai
         "gc at safe point {safe_point}: {} versions looked at, {} deleted, {} long values deleted",
         info.found_versions, info.deleted_versions, info.deleted_values
     )?;
+    Ok(())
+}
+
+/// `percolate repair`: removes the records that do not decode and prints
+/// each, in hex.
+fn repair(client: &Client, out: &mut impl Write) -> Result<(), Failure> {
+    let removed = client.repair()?;
+    for record in &removed {
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}",
+            record.cf.name(),
+            hex::encode(&record.key),
+            hex::encode(&record.value),
+            record.reason
+        )?;
+    }
+    writeln!(out, "{} damaged records removed", removed.len())?;
     Ok(())
 }
 
@@ -366,6 +469,18 @@ fn soak(dir: &std::path::Path, args: &SoakArgs, out: &mut impl Write) -> Result<
         return Err(format!("soak found {} anomalies", totals.anomalies).into());
     }
     Ok(())
+}
+
+/// `--kill-every`: a finite number of seconds above zero.
+fn positive_seconds(arg: &str) -> Result<f64, String> {
+    let seconds: f64 = arg.parse().map_err(|e| format!("{e}"))?;
+    if seconds.is_finite() && seconds > 0.0 {
+        Ok(seconds)
+    } else {
+        Err(format!(
+            "{arg} is not a finite number of seconds above zero"
+        ))
+    }
 }
 
 /// The storage of the region holding `key`.
@@ -394,20 +509,30 @@ struct Range {
 }
 
 impl Decoded {
+    /// Whether the command writes (and so may create the directory).
+    fn writes(&self) -> bool {
+        matches!(
+            self,
+            Decoded::Put(..) | Decoded::Delete(_) | Decoded::RawPut(..) | Decoded::RawDelete(_)
+        )
+    }
+
     fn new(command: Command, codec: Codec) -> Result<Self, Failure> {
         let d = |s: &str| codec.decode(s);
         Ok(match command {
-            Command::Put { key, value } => Decoded::Put(d(&key)?, d(&value)?),
+            Command::Put { key, value } => Decoded::Put(d(&key)?, codec.value(&value)?),
             Command::Get { key } => Decoded::Get(d(&key)?),
             Command::Delete { key } => Decoded::Delete(d(&key)?),
             Command::Scan(args) => Decoded::Scan(Range::new(args, codec)?),
             Command::Mvcc { key } => Decoded::Mvcc(d(&key)?),
             Command::Raw(RawCommand::Get { key }) => Decoded::RawGet(d(&key)?),
-            Command::Raw(RawCommand::Put { key, value }) => Decoded::RawPut(d(&key)?, d(&value)?),
+            Command::Raw(RawCommand::Put { key, value }) => {
+                Decoded::RawPut(d(&key)?, codec.value(&value)?)
+            }
             Command::Raw(RawCommand::Delete { key }) => Decoded::RawDelete(d(&key)?),
             Command::Raw(RawCommand::Scan(args)) => Decoded::RawScan(Range::new(args, codec)?),
-            Command::Soak(_) | Command::CrashWriter(_) | Command::Gc { .. } => {
-                return Err("soak and crash-writer are not data commands".into());
+            Command::Soak(_) | Command::CrashWriter(_) | Command::Gc { .. } | Command::Repair => {
+                return Err("soak, crash-writer, gc and repair are not data commands".into());
             }
         })
     }
@@ -442,16 +567,26 @@ impl Codec {
         }
     }
 
-    /// Text as is, hex with `--hex`; bytes that are not UTF-8 are escaped
-    /// (`\xff`) rather than garbled.
+    /// A value argument: `-` is stdin, read to its end (as is, not
+    /// decoded as hex); anything else as [`decode`](Self::decode).
+    fn value(self, arg: &str) -> Result<Vec<u8>, Failure> {
+        if arg == "-" {
+            let mut value = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut value)?;
+            return Ok(value);
+        }
+        self.decode(arg)
+    }
+
+    /// Hex with `--hex`; otherwise escaped (see the module documentation):
+    /// printable ASCII as is, every other byte as an escape, so that no
+    /// key or value can forge a line or send the terminal a control
+    /// sequence.
     fn encode(self, bytes: &[u8]) -> String {
         if self.hex {
             hex::encode(bytes)
         } else {
-            match std::str::from_utf8(bytes) {
-                Ok(s) => s.to_owned(),
-                Err(_) => bytes.escape_ascii().to_string(),
-            }
+            bytes.escape_ascii().to_string()
         }
     }
 }
