@@ -8,8 +8,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use percolate::mvcc::TimeStamp;
+use percolate::engine::{Cf, Engine, EngineIterator, IterOptions, RocksEngine, Snapshot as _};
+use percolate::mvcc::{Key, Lock, LockType, TimeStamp};
+use percolate::txn::client::lock_directory;
 use percolate::txn::cluster::Cluster;
 use percolate::txn::concurrency_manager::MaxTsLimit;
 use percolate::txn::oracle::{LocalOracle, SystemClock, TimestampOracle};
@@ -19,8 +22,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    ACCOUNTS_PER_REGION, COUNTERS_PER_REGION, Failure, INITIAL_BALANCE, REGIONS, TxnId, accounts,
-    client_config, counters, marker_key, split_keys,
+    ACCOUNTS_PER_REGION, COUNTERS_PER_REGION, DoomedValue, Failure, GC_EVERY, GC_LAG,
+    INITIAL_BALANCE, LONG_VALUE, MarkerValue, REGIONS, TxnId, accounts, check::locks_below,
+    client_config, counters, doomed_key, marker_key, split_keys,
 };
 
 /// An oracle that prints every timestamp it hands out (`TS <ts>`) before
@@ -82,13 +86,17 @@ pub struct WriterArgs {
 }
 
 /// Opens `dir` as the writer's client: the three regions, the printing
-/// oracle.
-fn open_writer(dir: &Path) -> Result<Client, Failure> {
+/// oracle. Returns the directory's lock too, to be held as long as the
+/// client.
+fn open_writer(dir: &Path) -> Result<(Client, File), Failure> {
     std::fs::create_dir_all(dir)?;
-    // RocksDB first, as `Client::open` does: its LOCK file refuses a second
-    // process, and the oracle starts above every commit in the data.
-    let engine = percolate::engine::RocksEngine::open(dir.join("db"))?;
-    let floor = TimeStamp::new(engine.persisted_ts_ceiling());
+    // As `Client::open_with` does: percolate's own lock on the directory
+    // first (RocksDB's LOCK file alone can be deleted under a running
+    // process), then RocksDB, and the oracle starts above every commit
+    // and every lock in the data.
+    let dir_lock = lock_directory(dir)?;
+    let engine = RocksEngine::open(dir.join("db"))?;
+    let floor = TimeStamp::new(engine.persisted_ts_ceiling()).max(newest_lock_ts(&engine)?);
     let oracle = Arc::new(PrintingOracle {
         inner: LocalOracle::open_above(dir, Arc::new(SystemClock), floor)?,
     });
@@ -101,7 +109,28 @@ fn open_writer(dir: &Path) -> Result<Client, Failure> {
         ..StorageConfig::default()
     };
     let cluster = Cluster::new(engine, split_keys(), storage);
-    Ok(Client::new(cluster, oracle, client_config()))
+    Ok((Client::new(cluster, oracle, client_config()), dir_lock))
+}
+
+/// The newest timestamp the locks on disk carry (start_ts, for_update_ts,
+/// min_commit_ts), as `Client::open_with` computes it: the oracle must not
+/// hand one of them out again. A lock that does not decode is skipped.
+fn newest_lock_ts(engine: &RocksEngine) -> Result<TimeStamp, Failure> {
+    let mut cursor = engine
+        .snapshot()
+        .iter(Cf::Lock, IterOptions::new().fill_cache(false))?;
+    let mut newest = TimeStamp::zero();
+    let mut valid = cursor.seek_to_first()?;
+    while valid {
+        if let Ok(lock) = Lock::parse(cursor.value()) {
+            newest = newest
+                .max(lock.ts)
+                .max(lock.for_update_ts)
+                .max(lock.min_commit_ts);
+        }
+        valid = cursor.next()?;
+    }
+    Ok(newest)
 }
 
 /// Creates every account, in one transaction, unless they exist.
@@ -118,11 +147,22 @@ fn open_bank(client: &Client) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The writer process: runs transactions until killed (or done).
+/// The writer process: runs transactions until killed (or done), with a
+/// GC thread and a lock resolver beside them.
 pub fn run_writer(dir: &Path, args: &WriterArgs) -> Result<(), Failure> {
-    let client = open_writer(dir)?;
+    let (client, _dir_lock) = open_writer(dir)?;
+    // Every lock below this ts was left by an earlier process.
+    let first_ts = client.current_ts()?;
+    {
+        let client = client.clone();
+        std::thread::spawn(move || resolve_dead_locks(&client, first_ts));
+    }
     open_bank(&client)?;
     line(format_args!("READY"));
+    {
+        let client = client.clone();
+        std::thread::spawn(move || collect_garbage(&client));
+    }
     let next = Arc::new(AtomicU64::new(0));
     let workers: Vec<JoinHandle<()>> = (0..args.threads.max(1))
         .map(|t| {
@@ -138,7 +178,7 @@ pub fn run_writer(dir: &Path, args: &WriterArgs) -> Result<(), Failure> {
                         round: args.round,
                         seq,
                     };
-                    run_one(&client, id, &Plan::random(&mut rng));
+                    run_one(&client, id, &Plan::random(&mut rng, id));
                 }
             })
         })
@@ -148,6 +188,88 @@ pub fn run_writer(dir: &Path, args: &WriterArgs) -> Result<(), Failure> {
     }
     line(format_args!("DONE"));
     Ok(())
+}
+
+/// The lock resolver: reads every key that an earlier (dead) process left
+/// locked, which resolves the lock (its transaction rolled forward or
+/// back), and takes over its pessimistic locks. A read pushes a lock whose
+/// TTL has not run out yet rather than wait for it, so the resolver
+/// reads again until the lock is gone (at most [`RESOLVE_FOR`]): it runs
+/// until the dead writer's locks expired and were resolved, and the soak
+/// kills the writer while it does.
+fn resolve_dead_locks(client: &Client, below: TimeStamp) {
+    let locks = match locks_below(client, below) {
+        Ok(locks) => locks,
+        Err(e) => {
+            line(format_args!("RESOLVE-FAILED {e}"));
+            return;
+        }
+    };
+    line(format_args!("RESOLVE {}", locks.len()));
+    let mut failed = 0;
+    for lock in &locks {
+        let started = Instant::now();
+        let result = loop {
+            let result = if lock.lock_type == LockType::Pessimistic {
+                client.begin_pessimistic().and_then(|mut txn| {
+                    txn.lock_keys([lock.key.clone()])?;
+                    txn.rollback()
+                })
+            } else {
+                client
+                    .snapshot_latest()
+                    .and_then(|snapshot| snapshot.get(&lock.key).map(drop))
+            };
+            let storage = client.cluster().region_for(&lock.key).storage();
+            let left = storage
+                .mvcc_by_key(Key::from_raw(&lock.key))
+                .map(|info| info.lock.is_some_and(|l| l.ts == lock.lock_version));
+            match left {
+                Ok(true) if started.elapsed() < RESOLVE_FOR => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Ok(true) => break Err(()),
+                Ok(false) => break result.map_err(drop),
+                Err(_) => break Err(()),
+            }
+        };
+        failed += u64::from(result.is_err());
+    }
+    line(format_args!("RESOLVED {} {failed}", locks.len()));
+}
+
+/// How long the lock resolver waits for one lock to expire (well over the
+/// writer's lock TTL).
+const RESOLVE_FOR: Duration = Duration::from_secs(5);
+
+/// The GC thread: every [`GC_EVERY`], collects the garbage at a safe point
+/// [`GC_LAG`] behind the oracle (never moving back).
+fn collect_garbage(client: &Client) {
+    let mut last = TimeStamp::zero();
+    loop {
+        let Ok(now) = client.current_ts() else {
+            return;
+        };
+        let lag = GC_LAG.as_millis() as u64;
+        let safe_point = TimeStamp::compose(now.physical().saturating_sub(lag), 0);
+        if safe_point > last {
+            last = safe_point;
+            line(format_args!("GC {}", safe_point.into_inner()));
+            match client.gc(safe_point) {
+                Ok(info) => line(format_args!(
+                    "GC-DONE {} {}",
+                    safe_point.into_inner(),
+                    info.deleted_versions
+                )),
+                Err(e) => line(format_args!(
+                    "GC-FAILED {} {}",
+                    safe_point.into_inner(),
+                    e.to_string().replace('\n', " ")
+                )),
+            }
+        }
+        std::thread::sleep(GC_EVERY);
+    }
 }
 
 /// What one writer transaction writes.
@@ -162,12 +284,18 @@ struct Plan {
     /// Run as a pessimistic transaction (reads for update, writes that
     /// lock as they go).
     pessimistic: bool,
+    /// The markers' length (0: short values; else one of [`LONG_VALUE`]).
+    len: usize,
+    /// Write the doomed key, with a value this long (0: short).
+    doomed: Option<usize>,
+    /// Delete this transaction's doomed key, if a read finds it.
+    victim: Option<TxnId>,
 }
 
 impl Plan {
-    /// A random plan: one region and few keys (1PC), several regions and
-    /// few keys (async commit) or many keys (2PC).
-    fn random(rng: &mut impl Rng) -> Plan {
+    /// A random plan for transaction `id`: one region and few keys (1PC),
+    /// several regions and few keys (async commit) or many keys (2PC).
+    fn random(rng: &mut impl Rng, id: TxnId) -> Plan {
         let mut markers = [0; 3];
         let shape = rng.random_range(0..4);
         match shape {
@@ -189,12 +317,47 @@ impl Plan {
         } else {
             None
         };
+        let long = |rng: &mut dyn rand::RngCore, p: f64| {
+            if rng.random_bool(p) {
+                rng.random_range(LONG_VALUE)
+            } else {
+                0
+            }
+        };
+        let len = long(rng, 0.2);
+        // Doomed keys stay in the regions the markers use, so that a
+        // one-region plan stays 1PC.
+        let doomed =
+            (markers[id.doomed_region()] > 0 && rng.random_bool(0.5)).then(|| long(rng, 0.5));
+        let victim = if rng.random_bool(0.5) {
+            let region = regions[rng.random_range(0..regions.len())];
+            Self::victim(rng, id, region)
+        } else {
+            None
+        };
         Plan {
             markers,
             counter,
             transfer,
             pessimistic: rng.random_bool(1.0 / 3.0),
+            len,
+            doomed,
+            victim,
         }
+    }
+
+    /// A transaction before `id` (of its round, or of the round before)
+    /// whose doomed key is in region `region`.
+    fn victim(rng: &mut impl Rng, id: TxnId, region: usize) -> Option<TxnId> {
+        let (round, around) = if id.round > 0 && rng.random_bool(0.5) {
+            (id.round - 1, id.seq + 200)
+        } else {
+            (id.round, id.seq)
+        };
+        let candidate = rng.random_range(around.saturating_sub(200)..=around);
+        let seq = candidate - candidate % 3 + region as u64;
+        let victim = TxnId { round, seq };
+        (victim < id).then_some(victim)
     }
 
     /// One of `per_region` keys of one of `regions`: an index into
@@ -208,24 +371,49 @@ impl Plan {
     fn marker_count(&self) -> usize {
         self.markers.iter().sum()
     }
+
+    /// What the markers hold, `deleted` being the victim whose doomed key
+    /// was found and deleted.
+    fn value(&self, id: TxnId, deleted: Option<TxnId>) -> Vec<u8> {
+        MarkerValue {
+            id,
+            markers: self.marker_count(),
+            counter: self.counter,
+            doomed: self.doomed.is_some(),
+            deleted,
+            len: self.len,
+        }
+        .encode()
+    }
 }
 
 /// Runs transaction `id` (retrying conflicts) and reports it.
 fn run_one(client: &Client, id: TxnId, plan: &Plan) {
     let (accounts, counters) = (accounts(), counters());
-    let value = format!("{id} {} {}", plan.marker_count(), plan.counter);
     if plan.pessimistic {
         return report(
             id,
-            run_pessimistic(client, id, plan, &value, &accounts, &counters),
+            run_pessimistic(client, id, plan, &accounts, &counters),
             " pessimistic",
         );
     }
     let result = client.with_retry_info(|txn| {
+        let mut deleted = None;
+        if let Some(victim) = plan.victim {
+            let key = doomed_key(victim);
+            if txn.get(&key)?.is_some() {
+                txn.delete(key);
+                deleted = Some(victim);
+            }
+        }
+        let value = plan.value(id, deleted);
         for (r, prefix) in REGIONS.iter().enumerate() {
             for j in 0..plan.markers[r] {
                 txn.put(marker_key(prefix, id, j), value.clone());
             }
+        }
+        if let Some(len) = plan.doomed {
+            txn.put(doomed_key(id), DoomedValue::encode(id, len));
         }
         let counter = &counters[plan.counter];
         let n = read_number(txn, counter)?;
@@ -248,15 +436,26 @@ fn run_pessimistic(
     client: &Client,
     id: TxnId,
     plan: &Plan,
-    value: &str,
     accounts: &[Vec<u8>],
     counters: &[Vec<u8>],
 ) -> percolate::Result<CommitInfo> {
     let work = |txn: &mut PessimisticTransaction| -> percolate::Result<()> {
+        let mut deleted = None;
+        if let Some(victim) = plan.victim {
+            let key = doomed_key(victim);
+            if txn.get_for_update(&key)?.is_some() {
+                txn.delete(key)?;
+                deleted = Some(victim);
+            }
+        }
+        let value = plan.value(id, deleted);
         for (r, prefix) in REGIONS.iter().enumerate() {
             for j in 0..plan.markers[r] {
-                txn.put(marker_key(prefix, id, j), value)?;
+                txn.put(marker_key(prefix, id, j), value.clone())?;
             }
+        }
+        if let Some(len) = plan.doomed {
+            txn.put(doomed_key(id), DoomedValue::encode(id, len))?;
         }
         let counter = &counters[plan.counter];
         let n = number(txn.get_for_update(counter)?);
