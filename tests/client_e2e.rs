@@ -1234,6 +1234,49 @@ fn a_client_without_its_oracle_file_starts_above_the_data() {
     assert_eq!(client.get_latest(b"k").unwrap(), Some(b"v2".to_vec()));
 }
 
+/// And for an old `TIMESTAMP` put back (a restore of the oracle's file
+/// from before the newest commits): the file is behind the data, and the
+/// data wins.
+#[test]
+fn a_client_with_an_old_oracle_file_starts_above_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let now_ms = percolate::txn::oracle::SystemClock.now_ms();
+    let old_file = {
+        let client = Client::open(dir.path()).unwrap();
+        commit(&client, &[("k", "v1")]);
+        drop(client);
+        std::fs::read(dir.path().join("TIMESTAMP")).unwrap()
+    };
+    // More commits under a clock an hour ahead.
+    let ahead = Arc::new(ManualClock::new(now_ms + 3_600_000));
+    let committed = {
+        let _lock = percolate::txn::client::lock_directory(dir.path()).unwrap();
+        let engine = percolate::engine::RocksEngine::open(dir.path().join("db")).unwrap();
+        let oracle = Arc::new(LocalOracle::open_with_clock(dir.path(), ahead).unwrap());
+        let storage = StorageConfig {
+            initial_max_ts: oracle.get_ts().unwrap(),
+            ..StorageConfig::default()
+        };
+        let client = Client::new(
+            Cluster::new(engine, Vec::new(), storage),
+            oracle,
+            ClientConfig::default(),
+        );
+        let mut txn = client.begin().unwrap();
+        txn.put(b"k".to_vec(), b"v2".to_vec());
+        txn.commit().unwrap().commit_ts
+    };
+    std::fs::write(dir.path().join("TIMESTAMP"), old_file).unwrap();
+    let client = Client::open(dir.path()).unwrap();
+    let txn = client.begin().unwrap();
+    assert!(
+        txn.start_ts() > committed,
+        "{:?} <= {committed:?}",
+        txn.start_ts()
+    );
+    assert_eq!(txn.get(b"k").unwrap(), Some(b"v2".to_vec()));
+}
+
 /// The same for a lock: a transaction that prewrote under a clock ahead
 /// and died leaves a lock whose start_ts is above every commit. A reopened
 /// client without its oracle file must not hand that start_ts (or any
