@@ -158,7 +158,7 @@ fn kill_9_at_random_moments_loses_no_commit_and_shows_no_partial_transaction() {
         // killed early.
         let unchecked = !after_unchecked && (kills == 1 || rng.random_ratio(1, 4));
         let kill = if after_unchecked {
-            Kill::WhileResolving(Duration::from_millis(rng.random_range(0..300)))
+            Kill::WhileResolving(Duration::from_micros(rng.random_range(0..3_000)))
         } else {
             kill_point(&mut rng)
         };

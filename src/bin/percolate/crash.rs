@@ -639,7 +639,10 @@ impl Writer {
                 self.child.wait()?;
                 return Err(format!("the writer was not done after {give_up:?}").into());
             }
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(match kill {
+                Kill::WhileResolving(_) => Duration::from_micros(100),
+                _ => Duration::from_millis(1),
+            });
         };
         let ran = spawned.elapsed();
         if exited.is_none() {
@@ -954,13 +957,14 @@ fn print_round(
 /// A random kill point: mostly a while after READY (0.5 to 1.5 times
 /// `kill_every`), one time in eight at most 100 ms after the spawn (often
 /// during the writer's start: RocksDB's recovery, the oracle's start).
-/// After an unchecked kill, mostly while the resolver works: up to 300 ms
-/// after it found the dead writer's locks (it waits for them to expire).
+/// After an unchecked kill, mostly while the resolver works: within 3 ms
+/// of its finding the dead writer's locks (the new writer's oracle starts
+/// after their TTL ran out, so resolving them takes a few milliseconds).
 fn soak_kill_point(rng: &mut StdRng, kill_every: f64, after_unchecked: bool) -> Kill {
     if rng.random_ratio(1, 8) {
         Kill::AfterSpawn(Duration::from_millis(rng.random_range(0..100)))
     } else if after_unchecked {
-        Kill::WhileResolving(Duration::from_millis(rng.random_range(0..300)))
+        Kill::WhileResolving(Duration::from_micros(rng.random_range(0..3_000)))
     } else {
         let secs = kill_every * rng.random_range(0.5..1.5);
         Kill::AfterReady(Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO))
