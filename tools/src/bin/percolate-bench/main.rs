@@ -5,7 +5,7 @@
 //! ratios against TransactionDB and against raw RocksDB.
 //!
 //! ```text
-//! cargo build --release --bin percolate-bench
+//! cargo build --release -p percolate-tools --bin percolate-bench
 //! target/release/percolate-bench --workload a --distribution zipfian --value-size 100
 //! target/release/percolate-bench --suite issue          # every scenario of docs/BENCHMARKS.md
 //! target/release/percolate-bench --workload transfer --systems two-pc,async --threads 1

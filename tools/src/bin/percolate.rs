@@ -9,7 +9,6 @@
 //! percolate --dir DATA raw put k v          # the raw KV API (no transactions)
 //! percolate --dir DATA --hex get 616c696365 # keys and values as hex
 //! percolate --dir DATA gc --safe-point-age 600  # drop versions older than 10 minutes
-//! percolate --dir DATA soak --transactions 1000000 --kill-every 2
 //! percolate --dir DATA repair                # remove records that do not decode
 //! percolate --dir DATA --read-only scan      # beside the process that holds DATA
 //! echo -n big | percolate --dir DATA put k -  # the value from stdin
@@ -23,21 +22,13 @@
 //! a line or reach the terminal as an escape sequence; `--hex` prints hex.
 //!
 //! **Directories.** Only commands that write (`put`, `delete`, `raw put`,
-//! `raw delete`, `soak`) create a missing directory; every other command
+//! `raw delete`) create a missing directory; every other command
 //! on a missing directory is an error and creates nothing.
 //!
 //! Transactional commands go through [`percolate::Client`], each in its own
 //! transaction; `mvcc` and `raw` talk to the storage of the region holding
 //! the key. A failure prints one line, `error: ...`, on stderr and exits
 //! with status 1 (a malformed command line is clap's usage error, status 2).
-//!
-//! `soak` runs the crash writer (the hidden `crash-writer` command, this
-//! same binary) in a child process, kills it with SIGKILL over and over
-//! and checks the directory after each kill (see `percolate/crash.rs`). It
-//! exits with status 1 if any check failed.
-
-#[path = "percolate/crash.rs"]
-mod crash;
 
 use std::io::Write;
 use std::ops::Bound;
@@ -72,7 +63,7 @@ struct Cli {
     read_only: bool,
     /// Open a database whose write-ahead log is damaged with what the log
     /// holds before the damage (the records after it are dropped; the log
-    /// files are first kept in DIR/db.wal-<ms>/ and the damage reported).
+    /// files are first kept in DIR/db.wal-MS/ and the damage reported).
     /// Without it such a database does not open.
     #[arg(long, global = true)]
     salvage_wal: bool,
@@ -125,48 +116,6 @@ enum Command {
     /// stored, in hex: `CF<TAB>KEY<TAB>VALUE<TAB>REASON`. Records that
     /// decode are never touched.
     Repair,
-    /// Runs writer processes on DIR, kills each with SIGKILL at a random
-    /// moment, and checks after every kill that no commit was lost, none is
-    /// half visible, the bank and counters add up and timestamps never go
-    /// back.
-    Soak(SoakArgs),
-    /// The writer that `soak` and the crash tests kill (an internal
-    /// command).
-    #[command(hide = true)]
-    CrashWriter(CrashWriterArgs),
-}
-
-#[derive(Debug, Args)]
-struct SoakArgs {
-    /// Stop once this many transactions were reported committed.
-    #[arg(long, default_value_t = 1_000_000)]
-    transactions: u64,
-    /// Mean seconds a writer runs before it is killed: a finite number
-    /// above zero.
-    #[arg(long, default_value_t = 2.0, value_parser = positive_seconds)]
-    kill_every: f64,
-    /// Threads of each writer.
-    #[arg(long, default_value_t = 4)]
-    threads: usize,
-    /// Seeds the kill points and the writers (default: from the clock).
-    #[arg(long)]
-    seed: Option<u64>,
-}
-
-#[derive(Debug, Args)]
-struct CrashWriterArgs {
-    /// The round: the first part of every transaction id.
-    #[arg(long)]
-    round: u64,
-    /// Threads running transactions.
-    #[arg(long, default_value_t = 4)]
-    threads: usize,
-    /// Seeds the choice of transactions.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Exit after this many transactions (default: run until killed).
-    #[arg(long)]
-    transactions: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -294,24 +243,11 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
         read_only: cli.read_only,
         salvage_wal: cli.salvage_wal,
     };
-    if opening.read_only && matches!(cli.command, Command::Soak(_) | Command::CrashWriter(_)) {
-        return Err("soak writes; it cannot run with --read-only".into());
-    }
     let command = match cli.command {
-        Command::Soak(args) => return soak(&dir, &args, out),
         Command::Gc { safe_point_age } => {
             return gc(&opening.open(&dir, false)?, safe_point_age, out);
         }
         Command::Repair => return repair(&opening.open(&dir, false)?, out),
-        Command::CrashWriter(args) => {
-            let args = crash::writer::WriterArgs {
-                round: args.round,
-                threads: args.threads,
-                seed: args.seed,
-                transactions: args.transactions,
-            };
-            return crash::writer::run_writer(&dir, &args).map_err(|e| e as Failure);
-        }
         command => command,
     };
     // Decode every argument before opening the directory: a typo costs
@@ -450,39 +386,6 @@ fn repair(client: &Client, out: &mut impl Write) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `percolate soak`: see `crash::soak`.
-fn soak(dir: &std::path::Path, args: &SoakArgs, out: &mut impl Write) -> Result<(), Failure> {
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
-    let exe = std::env::current_exe()?;
-    let args = crash::SoakArgs {
-        transactions: args.transactions,
-        kill_every: args.kill_every,
-        threads: args.threads,
-        seed,
-    };
-    let totals = crash::soak(&exe, dir, &args, out).map_err(|e| e as Failure)?;
-    if totals.anomalies > 0 {
-        return Err(format!("soak found {} anomalies", totals.anomalies).into());
-    }
-    Ok(())
-}
-
-/// `--kill-every`: a finite number of seconds above zero.
-fn positive_seconds(arg: &str) -> Result<f64, String> {
-    let seconds: f64 = arg.parse().map_err(|e| format!("{e}"))?;
-    if seconds.is_finite() && seconds > 0.0 {
-        Ok(seconds)
-    } else {
-        Err(format!(
-            "{arg} is not a finite number of seconds above zero"
-        ))
-    }
-}
-
 /// The storage of the region holding `key`.
 fn storage<'a>(client: &'a Client, key: &[u8]) -> &'a Storage {
     client.cluster().region_for(key).storage()
@@ -531,8 +434,8 @@ impl Decoded {
             }
             Command::Raw(RawCommand::Delete { key }) => Decoded::RawDelete(d(&key)?),
             Command::Raw(RawCommand::Scan(args)) => Decoded::RawScan(Range::new(args, codec)?),
-            Command::Soak(_) | Command::CrashWriter(_) | Command::Gc { .. } | Command::Repair => {
-                return Err("soak, crash-writer, gc and repair are not data commands".into());
+            Command::Gc { .. } | Command::Repair => {
+                return Err("gc and repair are not data commands".into());
             }
         })
     }

@@ -1,8 +1,9 @@
-//! Process crashes: a writer process (`percolate crash-writer`, the hidden
-//! command of the CLI binary) runs transactions on a RocksDB directory and
-//! is killed with SIGKILL at random moments; after each kill the directory
-//! is reopened and checked (see `src/bin/percolate/crash.rs`, shared with
-//! `percolate soak`, for the writer's transactions and every check):
+//! Process crashes: a writer process (`percolate-soak crash-writer`, the
+//! hidden command of the crash harness) runs transactions on a RocksDB
+//! directory and is killed with SIGKILL at random moments; after each kill
+//! the directory is reopened and checked (see
+//! `tools/src/bin/percolate-soak/crash.rs`, shared with `percolate-soak
+//! soak`, for the writer's transactions and every check):
 //!
 //! * every transaction the writer reported committed is visible in full,
 //!   at the commit_ts it reported;
@@ -31,7 +32,7 @@
 //! themselves still depend on the machine's speed).
 
 #[allow(dead_code)]
-#[path = "../src/bin/percolate/crash.rs"]
+#[path = "../src/bin/percolate-soak/crash.rs"]
 mod crash;
 
 use std::path::Path;
@@ -142,7 +143,7 @@ fn run_maybe_unchecked(
 #[test]
 fn kill_9_at_random_moments_loses_no_commit_and_shows_no_partial_transaction() {
     watchdog(300);
-    let exe = Path::new(env!("CARGO_BIN_EXE_percolate"));
+    let exe = Path::new(env!("CARGO_BIN_EXE_percolate-soak"));
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(seed());
     let mut state = State::load(dir.path()).unwrap();
@@ -216,7 +217,7 @@ fn kill_9_at_random_moments_loses_no_commit_and_shows_no_partial_transaction() {
 /// marker's (`all`: every marker's), and returns the anomalies of the next
 /// round of a soak started afresh on the directory.
 fn erase_and_check(all: bool) -> (TxnId, Vec<String>) {
-    let exe = Path::new(env!("CARGO_BIN_EXE_percolate"));
+    let exe = Path::new(env!("CARGO_BIN_EXE_percolate-soak"));
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(seed());
     let mut state = State::load(dir.path()).unwrap();
@@ -325,7 +326,7 @@ fn an_early_transaction_erased_whole_is_missing_from_its_round() {
 /// A directory with soak data but no ledger is refused, not adopted.
 #[test]
 fn soak_data_without_its_ledger_is_refused() {
-    let exe = Path::new(env!("CARGO_BIN_EXE_percolate"));
+    let exe = Path::new(env!("CARGO_BIN_EXE_percolate-soak"));
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(seed());
     let mut state = State::load(dir.path()).unwrap();

@@ -215,13 +215,18 @@ fn reading_a_missing_directory_is_an_error_and_creates_nothing() {
     assert_eq!(ok(&missing, &["get", "k"]), "v\n");
 }
 
-/// `soak --kill-every` takes a finite number of seconds above zero; any
-/// other is a usage error (status 2), not a panic.
+/// `percolate-soak soak --kill-every` takes a finite number of seconds
+/// above zero; any other is a usage error (status 2), not a panic.
 #[test]
 fn soak_kill_every_is_validated() {
     let dir = tempfile::tempdir().unwrap();
     for bad in ["inf", "NaN", "0", "-1", "soon"] {
-        let out = percolate(dir.path(), &["soak", &format!("--kill-every={bad}")]);
+        let out = Command::new(env!("CARGO_BIN_EXE_percolate-soak"))
+            .arg("--dir")
+            .arg(dir.path())
+            .args(["soak", &format!("--kill-every={bad}")])
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "--kill-every {bad}");
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert!(stderr.contains("--kill-every"), "{bad}: {stderr}");

@@ -1,7 +1,7 @@
 //! Crash testing with `kill -9`: a writer process, the checks after it
 //! dies, and the soak loop that does both over and over.
 //!
-//! # The writer (`percolate --dir D crash-writer --round R ...`)
+//! # The writer (`percolate-soak --dir D crash-writer --round R ...`)
 //!
 //! Takes the directory's lock (as [`Client::open_with`] does), opens `D`
 //! over three regions (`[.., "g")`, `["g", "p")`, `["p", ..)`) and runs
@@ -751,7 +751,7 @@ fn run_writer(
 // ---------------------------------------------------------------------------
 // The soak loop.
 
-/// What `percolate soak` is told.
+/// What `percolate-soak soak` is told.
 #[derive(Clone, Debug)]
 pub struct SoakArgs {
     /// Stop once the writers reported this many commits.
