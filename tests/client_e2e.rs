@@ -1189,6 +1189,26 @@ fn scans_across_three_regions_match_a_model_both_ways_with_own_writes() {
     check_scans(&txn, &model);
 }
 
+/// Commits `k = value` in the data directory `dir` through an oracle whose
+/// clock runs an hour ahead of the system's; returns the commit_ts.
+fn commit_an_hour_ahead(dir: &Path, value: &str) -> TimeStamp {
+    let now_ms = percolate::txn::oracle::SystemClock.now_ms();
+    let ahead = Arc::new(ManualClock::new(now_ms + 3_600_000));
+    let _lock = percolate::txn::client::lock_directory(dir).unwrap();
+    let engine = percolate::engine::RocksEngine::open(dir.join("db")).unwrap();
+    let oracle = Arc::new(LocalOracle::open_with_clock(dir, ahead).unwrap());
+    let storage = StorageConfig {
+        initial_max_ts: oracle.get_ts().unwrap(),
+        ..StorageConfig::default()
+    };
+    let client = Client::new(
+        Cluster::new(engine, Vec::new(), storage),
+        oracle,
+        ClientConfig::default(),
+    );
+    commit(&client, &[("k", value)]).commit_ts
+}
+
 /// The oracle starts above every commit in the data even when its own
 /// state file is gone and the clock runs behind the one the data was
 /// written under: a reopened client reads the newest commit, and writes
@@ -1197,25 +1217,8 @@ fn scans_across_three_regions_match_a_model_both_ways_with_own_writes() {
 #[test]
 fn a_client_without_its_oracle_file_starts_above_the_data() {
     let dir = tempfile::tempdir().unwrap();
-    let now_ms = percolate::txn::oracle::SystemClock.now_ms();
     // The data is written under a clock an hour ahead.
-    let ahead = Arc::new(ManualClock::new(now_ms + 3_600_000));
-    let committed = {
-        let engine = percolate::engine::RocksEngine::open(dir.path().join("db")).unwrap();
-        let oracle = Arc::new(LocalOracle::open_with_clock(dir.path(), ahead).unwrap());
-        let storage = StorageConfig {
-            initial_max_ts: oracle.get_ts().unwrap(),
-            ..StorageConfig::default()
-        };
-        let client = Client::new(
-            Cluster::new(engine, Vec::new(), storage),
-            oracle,
-            ClientConfig::default(),
-        );
-        let mut txn = client.begin().unwrap();
-        txn.put(b"k".to_vec(), b"v1".to_vec());
-        txn.commit().unwrap().commit_ts
-    };
+    let committed = commit_an_hour_ahead(dir.path(), "v1");
     std::fs::remove_file(dir.path().join("TIMESTAMP")).unwrap();
     let client = Client::open(dir.path()).unwrap();
     let txn = client.begin().unwrap();
@@ -1240,7 +1243,6 @@ fn a_client_without_its_oracle_file_starts_above_the_data() {
 #[test]
 fn a_client_with_an_old_oracle_file_starts_above_the_data() {
     let dir = tempfile::tempdir().unwrap();
-    let now_ms = percolate::txn::oracle::SystemClock.now_ms();
     let old_file = {
         let client = Client::open(dir.path()).unwrap();
         commit(&client, &[("k", "v1")]);
@@ -1248,24 +1250,7 @@ fn a_client_with_an_old_oracle_file_starts_above_the_data() {
         std::fs::read(dir.path().join("TIMESTAMP")).unwrap()
     };
     // More commits under a clock an hour ahead.
-    let ahead = Arc::new(ManualClock::new(now_ms + 3_600_000));
-    let committed = {
-        let _lock = percolate::txn::client::lock_directory(dir.path()).unwrap();
-        let engine = percolate::engine::RocksEngine::open(dir.path().join("db")).unwrap();
-        let oracle = Arc::new(LocalOracle::open_with_clock(dir.path(), ahead).unwrap());
-        let storage = StorageConfig {
-            initial_max_ts: oracle.get_ts().unwrap(),
-            ..StorageConfig::default()
-        };
-        let client = Client::new(
-            Cluster::new(engine, Vec::new(), storage),
-            oracle,
-            ClientConfig::default(),
-        );
-        let mut txn = client.begin().unwrap();
-        txn.put(b"k".to_vec(), b"v2".to_vec());
-        txn.commit().unwrap().commit_ts
-    };
+    let committed = commit_an_hour_ahead(dir.path(), "v2");
     std::fs::write(dir.path().join("TIMESTAMP"), old_file).unwrap();
     let client = Client::open(dir.path()).unwrap();
     let txn = client.begin().unwrap();

@@ -251,7 +251,7 @@ impl Client<RocksEngine> {
         let engine = RocksEngine::open_with(dir.join("db"), &options.engine)?;
         // Above every commit and lock in the data, whatever the oracle's
         // own state file says (or if it is gone).
-        let floor = TimeStamp::new(engine.persisted_ts_ceiling()).max(newest_lock_ts(&engine)?);
+        let floor = timestamp_floor(&engine)?;
         let oracle: Arc<dyn TimestampOracle> = Arc::new(LocalOracle::open_above(
             dir,
             Arc::new(crate::oracle::SystemClock),
@@ -298,9 +298,7 @@ impl Client<RocksEngine> {
         let dir = dir.as_ref();
         let engine = RocksEngine::open_read_only(dir.join("db"), &RocksOptions::default())?;
         let now = TimeStamp::compose(crate::oracle::Clock::now_ms(&crate::oracle::SystemClock), 0);
-        let floor = TimeStamp::new(engine.persisted_ts_ceiling())
-            .max(newest_lock_ts(&engine)?)
-            .max(now);
+        let floor = timestamp_floor(&engine)?.max(now);
         let oracle: Arc<dyn TimestampOracle> =
             Arc::new(crate::oracle::CounterOracle::new(floor.into_inner() + 1));
         let storage = StorageConfig {
@@ -342,12 +340,22 @@ impl<E: Engine> Inner<E> {
     }
 }
 
-/// The newest timestamp the locks on disk carry (start_ts, for_update_ts,
-/// min_commit_ts): an oracle that handed out one of them again would give
-/// a new transaction the identity of the lock's. Locks are few (each lives
-/// from a prewrite to its commit), so this reads them all. One that does
-/// not decode is skipped here: every read that reaches it reports it, and
-/// [`Client::repair`] removes it.
+/// A timestamp at or above every one in `engine`'s data: the newest
+/// commit (the engine's persisted ts ceiling) and the newest timestamp the
+/// locks carry (start_ts, for_update_ts, min_commit_ts; an oracle that
+/// handed one of those out again would give a new transaction the identity
+/// of the lock's). An oracle serving this data starts above it, whatever
+/// its own state file says; [`Client::open_with`] starts it so, and a tool
+/// that opens the engine itself should too.
+///
+/// Locks are few (each lives from a prewrite to its commit), so this reads
+/// them all. One that does not decode is skipped here: every read that
+/// reaches it reports it, and [`Client::repair`] removes it.
+pub fn timestamp_floor(engine: &RocksEngine) -> Result<TimeStamp> {
+    Ok(TimeStamp::new(engine.persisted_ts_ceiling()).max(newest_lock_ts(engine)?))
+}
+
+/// The newest timestamp the locks on disk carry: see [`timestamp_floor`].
 fn newest_lock_ts(engine: &RocksEngine) -> Result<TimeStamp> {
     use percolate_engine::{Cf, EngineIterator, IterOptions, Snapshot};
     let mut cursor = engine

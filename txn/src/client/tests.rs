@@ -22,6 +22,16 @@ fn setup(config: ClientConfig) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_000_000));
     let oracle = Arc::new(LocalOracle::open_with_clock(dir.path(), clock.clone()).unwrap());
+    Setup {
+        client: client_with(oracle, config),
+        clock,
+        _dir: dir,
+    }
+}
+
+/// A client over the regions [.., "g"), ["g", "p"), ["p", ..) of a memory
+/// engine, on `oracle`.
+fn client_with(oracle: Arc<dyn TimestampOracle>, config: ClientConfig) -> Client<MemoryEngine> {
     let storage = StorageConfig {
         initial_max_ts: oracle.get_ts().unwrap(),
         ..Default::default()
@@ -31,11 +41,7 @@ fn setup(config: ClientConfig) -> Setup {
         vec![b"g".to_vec(), b"p".to_vec()],
         storage,
     );
-    Setup {
-        client: Client::new(cluster, oracle, config),
-        clock,
-        _dir: dir,
-    }
+    Client::new(cluster, oracle, config)
 }
 
 fn client() -> Setup {
@@ -972,16 +978,7 @@ fn get_latest_asks_the_oracle_for_nothing() {
         inner: LocalOracle::open(dir.path()).unwrap(),
         calls: Default::default(),
     });
-    let storage = StorageConfig {
-        initial_max_ts: oracle.get_ts().unwrap(),
-        ..Default::default()
-    };
-    let cluster = Cluster::new(
-        MemoryEngine::new(),
-        vec![b"g".to_vec(), b"p".to_vec()],
-        storage,
-    );
-    let client = Client::new(cluster, oracle.clone(), ClientConfig::default());
+    let client = client_with(oracle.clone(), ClientConfig::default());
     let mut txn = client.begin().unwrap();
     for k in ["a", "h", "q"] {
         txn.put(k.as_bytes().to_vec(), b"v".to_vec());

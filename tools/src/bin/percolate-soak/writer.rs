@@ -10,9 +10,9 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use percolate::engine::{Cf, Engine, EngineIterator, IterOptions, RocksEngine, Snapshot as _};
-use percolate::mvcc::{Key, Lock, LockType, TimeStamp};
-use percolate::txn::client::lock_directory;
+use percolate::engine::RocksEngine;
+use percolate::mvcc::{Key, LockType, TimeStamp};
+use percolate::txn::client::{lock_directory, timestamp_floor};
 use percolate::txn::cluster::Cluster;
 use percolate::txn::concurrency_manager::MaxTsLimit;
 use percolate::txn::oracle::{LocalOracle, SystemClock, TimestampOracle};
@@ -96,7 +96,7 @@ fn open_writer(dir: &Path) -> Result<(Client, File), Failure> {
     // and every lock in the data.
     let dir_lock = lock_directory(dir)?;
     let engine = RocksEngine::open(dir.join("db"))?;
-    let floor = TimeStamp::new(engine.persisted_ts_ceiling()).max(newest_lock_ts(&engine)?);
+    let floor = timestamp_floor(&engine)?;
     let oracle = Arc::new(PrintingOracle {
         inner: LocalOracle::open_above(dir, Arc::new(SystemClock), floor)?,
     });
@@ -110,27 +110,6 @@ fn open_writer(dir: &Path) -> Result<(Client, File), Failure> {
     };
     let cluster = Cluster::new(engine, split_keys(), storage);
     Ok((Client::new(cluster, oracle, client_config()), dir_lock))
-}
-
-/// The newest timestamp the locks on disk carry (start_ts, for_update_ts,
-/// min_commit_ts), as `Client::open_with` computes it: the oracle must not
-/// hand one of them out again. A lock that does not decode is skipped.
-fn newest_lock_ts(engine: &RocksEngine) -> Result<TimeStamp, Failure> {
-    let mut cursor = engine
-        .snapshot()
-        .iter(Cf::Lock, IterOptions::new().fill_cache(false))?;
-    let mut newest = TimeStamp::zero();
-    let mut valid = cursor.seek_to_first()?;
-    while valid {
-        if let Ok(lock) = Lock::parse(cursor.value()) {
-            newest = newest
-                .max(lock.ts)
-                .max(lock.for_update_ts)
-                .max(lock.min_commit_ts);
-        }
-        valid = cursor.next()?;
-    }
-    Ok(newest)
 }
 
 /// Creates every account, in one transaction, unless they exist.
