@@ -531,6 +531,22 @@ mod tests {
             .delete_cf(default, b"\x01percolate-write-ts-ceiling")
             .unwrap();
         drop(engine);
+        // A read-only open finds it from the records too, and writes nothing.
+        let read_only = RocksEngine::open_read_only(dir.path(), &RocksOptions::default()).unwrap();
+        assert_eq!(read_only.persisted_ts_ceiling(), 90);
+        let default = read_only.raw_db().cf_handle("default").unwrap();
+        assert_eq!(
+            read_only
+                .raw_db()
+                .get_cf(default, b"\x01percolate-write-ts-ceiling")
+                .unwrap(),
+            None
+        );
+        let err = read_only
+            .write(&WriteBatch::new(), WriteOptions::default())
+            .unwrap_err();
+        assert!(matches!(err, Error::ReadOnly { .. }), "{err}");
+        drop(read_only);
         let engine = RocksEngine::open(dir.path()).unwrap();
         assert_eq!(engine.write_ts_ceiling(b"never written"), Some(90));
         // Bytes that are not a ceiling are reported, not trusted.

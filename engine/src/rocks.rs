@@ -306,7 +306,11 @@ impl RocksEngine {
                 if options.wal_recovery == WalRecovery::SalvagePrefix && !read_only =>
             {
                 let logs_kept = keep_logs(&path)?;
-                let db = open(rocksdb::DBRecoveryMode::PointInTime)?;
+                // Damage elsewhere (a table file, the manifest) fails this
+                // open too: the copies of the logs are then of no use.
+                let db = open(rocksdb::DBRecoveryMode::PointInTime).inspect_err(|_| {
+                    let _ = std::fs::remove_dir_all(&logs_kept);
+                })?;
                 salvage = Some(SalvageReport {
                     damage: detail,
                     logs_kept,
@@ -321,7 +325,7 @@ impl RocksEngine {
                 return Err(Error::MissingColumnFamily { cf: cf.name() });
             }
         }
-        let ceiling = persisted_ts_ceiling(&db)?;
+        let ceiling = persisted_ts_ceiling(&db, read_only)?;
         let locks = LockMirror::new(stored_locks(&db)?);
         let inner = Arc::new(Inner {
             db,
@@ -391,7 +395,7 @@ impl RocksEngine {
 /// The write-CF ts ceiling of the records on disk. A database without
 /// one (made before percolate kept it, or by another program) has its
 /// write CF read once to find the newest commit ts, which is then kept.
-fn persisted_ts_ceiling(db: &DB) -> Result<u64> {
+fn persisted_ts_ceiling(db: &DB, read_only: bool) -> Result<u64> {
     let default = handle(db, Cf::Default)?;
     if let Some(value) = db.get_pinned_cf(default, TS_CEILING_KEY)? {
         return match <[u8; 8]>::try_from(&value[..]) {
@@ -420,8 +424,9 @@ fn persisted_ts_ceiling(db: &DB) -> Result<u64> {
     iter.status()?;
     // Kept for the next open; an empty write CF needs none (the first
     // write of a record writes it), so a database that never holds a
-    // transactional record never holds the key either.
-    if newest > 0 {
+    // transactional record never holds the key either. A read-only open
+    // writes nothing: the scan serves it alone.
+    if newest > 0 && !read_only {
         db.put_cf(default, TS_CEILING_KEY, newest.to_be_bytes())?;
     }
     Ok(newest)

@@ -100,6 +100,14 @@ impl AcquirePessimisticLock {
                 key: None,
             });
         }
+        // The conflict check relies on it: every record it looks for is at
+        // or above the start_ts.
+        if self.options.for_update_ts < self.start_ts {
+            return Err(Error::InvalidRequest {
+                reason: "a for_update_ts below the start_ts",
+                key: None,
+            });
+        }
         Ok(())
     }
 }

@@ -20,7 +20,9 @@ use crate::Result;
 /// stored, so that nothing is dropped without the caller holding a copy.
 ///
 /// A record that decodes is never touched, whatever it says: repairing is
-/// not resolving. Which records fail:
+/// not resolving. A Put record whose long value is missing from the
+/// default CF (`DefaultNotFound`) decodes, and is left as it is. Which
+/// records fail:
 ///
 /// * lock CF: a key that is not a memcomparable-encoded key, or a value
 ///   that is not a Lock record;

@@ -537,6 +537,16 @@ fn a_lock_cannot_start_beyond_the_oracle_allowance() {
     assert!(matches!(err, Error::InvalidMaxTsUpdate { .. }), "{err}");
     let info = storage.mvcc_by_key(key("k")).unwrap();
     assert!(info.lock.is_none() && info.writes.is_empty());
+    // A for_update_ts below the start_ts is no request at all.
+    let err = storage
+        .acquire_pessimistic_lock(AcquirePessimisticLock::new(
+            vec![key("k")],
+            b"k",
+            at_ms(500),
+            at_ms(400),
+        ))
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidRequest { .. }), "{err}");
     // Within the allowance, the same request goes through.
     let near = at_ms(500);
     assert!(
