@@ -30,6 +30,19 @@ fn log_file(dir: &Path) -> PathBuf {
     logs.pop().expect("a log file").1
 }
 
+/// Flips 8 bytes in the middle of the log file `log`, as a disk fault
+/// would; returns the damaged contents.
+fn garble_the_middle_of(log: &Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(log).unwrap();
+    assert!(bytes.len() > 100_000, "the commits are in the log");
+    let middle = bytes.len() / 2;
+    for b in &mut bytes[middle..middle + 8] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(log, &bytes).unwrap();
+    bytes
+}
+
 fn is_corrupted_at_open(e: &Error) -> bool {
     let engine = match e {
         Error::Mvcc(percolate::mvcc::Error::Engine(engine)) => engine,
@@ -43,14 +56,7 @@ fn is_corrupted_at_open(e: &Error) -> bool {
 fn garbled_bytes_in_the_middle_of_the_log_fail_the_open() {
     let dir = tempfile::tempdir().unwrap();
     commit_many(dir.path(), 2000);
-    let log = log_file(dir.path());
-    let mut bytes = std::fs::read(&log).unwrap();
-    assert!(bytes.len() > 100_000, "the commits are in the log");
-    let middle = bytes.len() / 2;
-    for b in &mut bytes[middle..middle + 8] {
-        *b ^= 0x5a;
-    }
-    std::fs::write(&log, &bytes).unwrap();
+    garble_the_middle_of(&log_file(dir.path()));
     let err = Client::open(dir.path()).expect_err("a damaged log must not open");
     assert!(is_corrupted_at_open(&err), "{err:?}");
 }
@@ -81,12 +87,7 @@ fn a_salvaging_open_keeps_the_prefix_and_reports_what_it_dropped() {
     let dir = tempfile::tempdir().unwrap();
     commit_many(dir.path(), 2000);
     let log = log_file(dir.path());
-    let mut bytes = std::fs::read(&log).unwrap();
-    let middle = bytes.len() / 2;
-    for b in &mut bytes[middle..middle + 8] {
-        *b ^= 0x5a;
-    }
-    std::fs::write(&log, &bytes).unwrap();
+    let bytes = garble_the_middle_of(&log);
 
     let salvage = percolate::OpenOptions {
         engine: percolate::engine::RocksOptions {
