@@ -286,6 +286,11 @@ fn erase_and_check(all: bool) -> (TxnId, Vec<String>) {
     )
     .unwrap();
     eprintln!("{:#?}", outcome.anomalies);
+    // The ledger now says so: no later soak takes this data as its
+    // baseline.
+    drop(state);
+    let refused = State::load(dir.path()).unwrap_err().to_string();
+    assert!(refused.contains("found anomalies"), "{refused}");
     (id, outcome.anomalies)
 }
 

@@ -48,6 +48,9 @@ pub struct State {
     pub last_ts: u64,
     /// The newest GC safe point a writer started a collection at.
     pub safe_point: u64,
+    /// The first round whose check found an anomaly: from then on the
+    /// data is no baseline, and [`State::load`] refuses the directory.
+    pub damaged_at: Option<u64>,
     /// Reports of writers whose rounds are not checked yet.
     pub pending: Vec<WriterReport>,
     /// The ledger's path.
@@ -79,7 +82,18 @@ impl State {
         let bank = snapshot.get(&accounts()[0])?.is_some();
         let ts = client.current_ts()?.into_inner();
         let mut state = match std::fs::symlink_metadata(&ledger) {
-            Ok(_) => State::read_ledger(&ledger)?,
+            Ok(_) => {
+                let state = State::read_ledger(&ledger)?;
+                if let Some(round) = state.damaged_at {
+                    return Err(format!(
+                        "{}: the check after round {round} found anomalies; damaged data \
+                         cannot be the baseline of a new soak",
+                        dir.display()
+                    )
+                    .into());
+                }
+                state
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if newest_round.is_some() || bank {
                     return Err(format!(
@@ -132,6 +146,7 @@ impl State {
                 ["last_ts", _] => state.last_ts = n(1)?,
                 ["safe_point", _] => state.safe_point = n(1)?,
                 ["bank", _] => state.bank_open = n(1)? != 0,
+                ["damaged_at", _] => state.damaged_at = Some(n(1)?),
                 ["round", _, _, fingerprint] => {
                     let record = RoundRecord {
                         visible: n(2)?,
@@ -156,6 +171,9 @@ impl State {
             self.safe_point,
             u8::from(self.bank_open)
         );
+        if let Some(round) = self.damaged_at {
+            text.push_str(&format!("damaged_at {round}\n"));
+        }
         for (round, r) in &self.rounds {
             text.push_str(&format!(
                 "round {round} {} {:016x}\n",
@@ -339,6 +357,9 @@ pub fn check(dir: &Path, state: &mut State, outcome: &mut RoundOutcome) -> Resul
             Some(r) => state.rounds.insert(round, *r),
             None => state.rounds.remove(&round),
         };
+    }
+    if !anomalies.is_empty() && state.damaged_at.is_none() {
+        state.damaged_at = Some(state.next_round.saturating_sub(1));
     }
     state.recorded_below = state.next_round;
     state.safe_point = safe_point;
