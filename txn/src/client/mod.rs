@@ -424,6 +424,13 @@ impl<E: Engine> Client<E> {
     /// A client over `cluster`, taking timestamps from `oracle`. Every
     /// region's `max_ts` must have started at a timestamp from this oracle
     /// (see [`StorageConfig::initial_max_ts`]).
+    ///
+    /// Such a client writes: over an engine opened read-only
+    /// ([`RocksEngine::open_read_only`]) a commit, or a read that must roll
+    /// a lock forward or back, fails with the engine's `ReadOnly` error (in
+    /// [`Error::WriteFailed`]). [`Client::open_read_only`] is the client
+    /// that knows it reads only: it refuses writes up front and reports a
+    /// lock as `KeyIsLocked` instead of resolving it.
     pub fn new(
         cluster: Cluster<E>,
         oracle: Arc<dyn TimestampOracle>,
