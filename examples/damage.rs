@@ -11,23 +11,11 @@
 //! format, which would fail every read that reaches them, and hands each
 //! one back.
 
-use std::process::ExitCode;
-
 use percolate::engine::{Cf, Engine, WriteBatch, WriteOptions};
 use percolate::mvcc::Key;
 use percolate::{Client, Error};
 
-fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("damage: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let owner = Client::open(dir.path())?;
     owner.with_retry(|txn| {

@@ -11,22 +11,11 @@
 //! share one); `ClientConfig::durability` makes that every commit's
 //! default, and `CommitOptions::buffered()` opts one commit out again.
 
-use std::process::ExitCode;
 use std::time::Instant;
 
 use percolate::{Client, ClientConfig, CommitOptions, Durability, OpenOptions};
 
-fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("durability: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let client = Client::open(dir.path())?;
     let timed = |options: CommitOptions| -> percolate::Result<f64> {

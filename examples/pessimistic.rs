@@ -10,21 +10,9 @@
 //! the holder's commit (woken when the lock goes, not by polling), so no
 //! increment is lost and none is retried from scratch.
 
-use std::process::ExitCode;
-
 use percolate::Client;
 
-fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("pessimistic: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let client = Client::open(dir.path())?;
     const THREADS: u64 = 8;

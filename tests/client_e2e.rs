@@ -1209,6 +1209,20 @@ fn commit_an_hour_ahead(dir: &Path, value: &str) -> TimeStamp {
     commit(&client, &[("k", value)]).commit_ts
 }
 
+/// Reopens `dir` as a client and checks that its first transaction starts
+/// above `newest` and reads `k = value`.
+fn reopened_above(dir: &Path, newest: TimeStamp, value: &str) -> Client {
+    let client = Client::open(dir).unwrap();
+    let txn = client.begin().unwrap();
+    assert!(
+        txn.start_ts() > newest,
+        "{:?} <= {newest:?}",
+        txn.start_ts()
+    );
+    assert_eq!(txn.get(b"k").unwrap(), Some(value.as_bytes().to_vec()));
+    client
+}
+
 /// The oracle starts above every commit in the data even when its own
 /// state file is gone and the clock runs behind the one the data was
 /// written under: a reopened client reads the newest commit, and writes
@@ -1220,14 +1234,7 @@ fn a_client_without_its_oracle_file_starts_above_the_data() {
     // The data is written under a clock an hour ahead.
     let committed = commit_an_hour_ahead(dir.path(), "v1");
     std::fs::remove_file(dir.path().join("TIMESTAMP")).unwrap();
-    let client = Client::open(dir.path()).unwrap();
-    let txn = client.begin().unwrap();
-    assert!(
-        txn.start_ts() > committed,
-        "{:?} <= {committed:?}",
-        txn.start_ts()
-    );
-    assert_eq!(txn.get(b"k").unwrap(), Some(b"v1".to_vec()));
+    let client = reopened_above(dir.path(), committed, "v1");
     client
         .with_retry(|txn| {
             txn.put(b"k".to_vec(), b"v2".to_vec());
@@ -1252,14 +1259,7 @@ fn a_client_with_an_old_oracle_file_starts_above_the_data() {
     // More commits under a clock an hour ahead.
     let committed = commit_an_hour_ahead(dir.path(), "v2");
     std::fs::write(dir.path().join("TIMESTAMP"), old_file).unwrap();
-    let client = Client::open(dir.path()).unwrap();
-    let txn = client.begin().unwrap();
-    assert!(
-        txn.start_ts() > committed,
-        "{:?} <= {committed:?}",
-        txn.start_ts()
-    );
-    assert_eq!(txn.get(b"k").unwrap(), Some(b"v2".to_vec()));
+    reopened_above(dir.path(), committed, "v2");
 }
 
 /// The same for a lock: a transaction that prewrote under a clock ahead

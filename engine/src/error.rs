@@ -65,6 +65,14 @@ pub enum Error {
         /// The database directory.
         path: std::path::PathBuf,
     },
+    /// [`RocksEngine::ingest_ssts`](crate::RocksEngine::ingest_ssts) was
+    /// given a file of a column family that takes none (only `default`
+    /// and `write` do); nothing was ingested.
+    #[error("SST files of column family {cf} cannot be ingested")]
+    UnsupportedIngest {
+        /// The column family's name.
+        cf: &'static str,
+    },
     /// A fault injected by a test engine.
     #[error("injected fault: {reason}")]
     Injected {

@@ -44,9 +44,10 @@ pub use batch::{Modify, WriteBatch};
 pub use error::{Error, Result};
 pub use memory::{MemoryEngine, MemoryIterator, MemorySnapshot};
 pub use rocks::{
-    DATA_PREFIX, RocksEngine, RocksIterator, RocksOptions, RocksSnapshot, SalvageReport,
-    WalRecovery,
+    COMPRESSION_PER_LEVEL, DATA_PREFIX, RocksEngine, RocksIterator, RocksOptions, RocksSnapshot,
+    SalvageReport, WalRecovery,
 };
+pub use rocks::{SstEvent, SstFileInfo, SstSink};
 
 /// A column family. MVCC data lives in three of them; see `percolate-mvcc`
 /// for what each one holds.

@@ -59,6 +59,9 @@ use rocksdb::{
     DBRawIteratorWithThreadMode, Options, ReadOptions, SliceTransform, SnapshotWithThreadMode,
 };
 
+mod sst;
+pub use sst::{SstEvent, SstFileInfo, SstSink};
+
 use crate::epochs::WriteEpochs;
 use crate::lock_mirror::{LockMirror, is_memory_only};
 use crate::{
@@ -85,6 +88,19 @@ const TS_CEILING_KEY: &[u8] = b"\x01percolate-write-ts-ceiling";
 /// close to the newest commit can start a timestamp oracle that lost its
 /// own state just above the data ([`RocksEngine::persisted_ts_ceiling`]).
 const TS_CEILING_STEP: u64 = 1 << 26;
+
+/// Each column family's compression, level by level: none on L0-L1 (hot,
+/// rewritten soon), lz4 on L2-L4, zstd below (TiKV's choice). Public so
+/// that a benchmark can configure its RocksDB peers the same way.
+pub const COMPRESSION_PER_LEVEL: [DBCompressionType; 7] = [
+    DBCompressionType::None,
+    DBCompressionType::None,
+    DBCompressionType::Lz4,
+    DBCompressionType::Lz4,
+    DBCompressionType::Lz4,
+    DBCompressionType::Zstd,
+    DBCompressionType::Zstd,
+];
 
 /// Tunables for [`RocksEngine::open_with`].
 #[derive(Clone, Debug)]
@@ -507,15 +523,7 @@ fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Result<Options> 
         Options::default().get_options_from_string(INSERT_HINT_OPTION)?
     };
     opts.set_write_buffer_size(options.write_buffer_bytes);
-    opts.set_compression_per_level(&[
-        DBCompressionType::None,
-        DBCompressionType::None,
-        DBCompressionType::Lz4,
-        DBCompressionType::Lz4,
-        DBCompressionType::Lz4,
-        DBCompressionType::Zstd,
-        DBCompressionType::Zstd,
-    ]);
+    opts.set_compression_per_level(&COMPRESSION_PER_LEVEL);
     if cf.has_ts_suffix_prefix() {
         // Filters are built on `z + encoded user key`; the whole key with its
         // ts is never probed on its own.

@@ -281,3 +281,52 @@ fn repair_removes_what_does_not_decode() {
     assert!(report.ends_with("1 damaged records removed\n"), "{report}");
     assert_eq!(ok(dir, &["scan"]), "a\t1\n");
 }
+
+#[test]
+fn backup_then_open_the_backup_as_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let backup = dir.path().join("backup");
+    ok(&data, &["put", "alice", "100"]);
+    let printed = ok(&data, &["backup", backup.to_str().unwrap()]);
+    assert!(printed.starts_with("backup in "), "{printed}");
+    ok(&data, &["put", "bob", "5"]);
+    assert_eq!(ok(&backup, &["get", "alice"]), "100\n");
+    assert_eq!(ok(&backup, &["get", "bob"]), "(not found)\n");
+    // A second backup into the same, now non-empty, directory fails.
+    let out = percolate(&data, &["backup", backup.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
+}
+
+#[test]
+fn export_then_import_into_another_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let export = dir.path().join("export");
+    let other = dir.path().join("other");
+    ok(&data, &["put", "a", "1"]);
+    ok(&data, &["put", "b", "2"]);
+    ok(&data, &["put", "c", "3"]);
+    let printed = ok(
+        &data,
+        &[
+            "export",
+            "--start",
+            "b",
+            "--end",
+            "c",
+            "--out",
+            export.to_str().unwrap(),
+        ],
+    );
+    assert!(printed.starts_with("write\t"), "{printed}");
+    assert!(export.join("EXPORT_MANIFEST").exists());
+    let printed = ok(&other, &["import", "--from", export.to_str().unwrap()]);
+    assert!(printed.contains("imported at ts"), "{printed}");
+    assert_eq!(ok(&other, &["scan"]), "b\t2\n");
+    // Importing again: the range now holds data.
+    let out = percolate(&other, &["import", "--from", export.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already holds data"));
+}

@@ -83,12 +83,7 @@ fn run_maybe_unchecked(
     kill: Kill,
     unchecked: bool,
 ) -> RoundOutcome {
-    let round = if unchecked {
-        crash::run_round_unchecked
-    } else {
-        crash::run_round
-    };
-    let outcome = round(exe, dir, state, THREADS, rng.random(), kill)
+    let outcome = crash::run_round(exe, dir, state, THREADS, rng.random(), kill, !unchecked)
         .unwrap_or_else(|e| panic!("round {}: {e}", state.next_round));
     eprintln!(
         "round {}: {kill:?}, ran {} ms{}, committed {} (1PC {}, async {}, 2PC {}; pessimistic {}), gave up {}, \
@@ -283,6 +278,7 @@ fn erase_and_check(all: bool) -> (TxnId, Vec<String>) {
         THREADS,
         rng.random(),
         Kill::Never { transactions: 10 },
+        true,
     )
     .unwrap();
     eprintln!("{:#?}", outcome.anomalies);

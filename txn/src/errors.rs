@@ -185,6 +185,36 @@ pub enum Error {
         path: std::path::PathBuf,
     },
 
+    /// A backup or an export was pointed at a directory that already
+    /// holds something: nothing was written into it.
+    #[error("{} exists and is not empty", path.display())]
+    DirectoryNotEmpty {
+        /// The directory.
+        path: std::path::PathBuf,
+    },
+
+    /// An export's manifest or one of its SST files is damaged, truncated,
+    /// or does not match what the manifest says of it: nothing was
+    /// imported.
+    #[error("export file {} is corrupted: {reason}", path.display())]
+    ExportCorrupted {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// An import into a key range that already holds transactional data
+    /// (a lock, a write record or a value): nothing was imported. An
+    /// import restores a range; it does not merge histories.
+    #[error("the range [{}, {}) already holds data", crate::errors::Shown(start), crate::errors::ShownEnd(end.as_deref()))]
+    ImportRangeNotEmpty {
+        /// The range's first key, raw.
+        start: Vec<u8>,
+        /// Its end, raw and exclusive (`None`: unbounded).
+        end: Option<Vec<u8>>,
+    },
+
     /// A fail point fired (see [`crate::fail`]): an injected failure, for
     /// tests. Only in builds with the `failpoints` feature.
     #[cfg(any(test, feature = "failpoints"))]

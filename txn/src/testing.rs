@@ -769,3 +769,25 @@ fn expect_no_locks(result: Result<PrewriteResult>, what: &str) {
         Err(e) => panic!("{what} failed: {e}"),
     }
 }
+
+/// Each scenario, a function of an engine, as two tests: `name::memory` on
+/// the memory engine and `name::rocks` on RocksDB in a temporary
+/// directory. For this crate's unit tests; `tests/` has its own.
+#[cfg(test)]
+macro_rules! on_both_engines {
+    ($($name:ident => $scenario:ident;)*) => {$(
+        mod $name {
+            #[test]
+            fn memory() {
+                super::$scenario(percolate_engine::MemoryEngine::new());
+            }
+
+            #[test]
+            fn rocks() {
+                super::$scenario(percolate_engine::testing::temp_rocks_engine());
+            }
+        }
+    )*};
+}
+#[cfg(test)]
+pub(crate) use on_both_engines;

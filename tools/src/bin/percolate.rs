@@ -11,6 +11,9 @@
 //! percolate --dir DATA gc --safe-point-age 600  # drop versions older than 10 minutes
 //! percolate --dir DATA repair                # remove records that do not decode
 //! percolate --dir DATA --read-only scan      # beside the process that holds DATA
+//! percolate --dir DATA backup BACKUP         # online backup; `--dir BACKUP` opens it
+//! percolate --dir DATA export --start a --end m --out EXPORT  # SST files in TiKV's layout
+//! percolate --dir OTHER import --from EXPORT # ingest an export (checked first)
 //! echo -n big | percolate --dir DATA put k -  # the value from stdin
 //! ```
 //!
@@ -38,7 +41,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use percolate::engine::WalRecovery;
 use percolate::mvcc::{Key, TimeStamp};
-use percolate::txn::client::MAX_BATCH;
+use percolate::txn::client::{ExportManifest, MAX_BATCH};
 use percolate::txn::commands::RawScan;
 use percolate::txn::storage::Storage;
 use percolate::{Client, CommitInfo, OpenOptions};
@@ -116,6 +119,43 @@ enum Command {
     /// stored, in hex: `CF<TAB>KEY<TAB>VALUE<TAB>REASON`. Records that
     /// decode are never touched.
     Repair,
+    /// Writes a backup of the database into BACKUP (a missing or empty
+    /// directory): a consistent copy taken online (hard links to the
+    /// database's files where possible); `--dir BACKUP` opens it as a
+    /// database of its own, which is the restore.
+    Backup {
+        /// The backup directory.
+        backup: PathBuf,
+    },
+    /// Exports the MVCC data of a key range as of one timestamp into SST
+    /// files in TiKV's layout (write and default CFs) and a manifest with
+    /// their checksums; locks at or below the timestamp are resolved
+    /// first.
+    Export(ExportArgs),
+    /// Ingests an export into the database (created if missing), after
+    /// checking the manifest and every file: a damaged file is refused and
+    /// nothing is ingested. The range must hold no data yet.
+    Import {
+        /// The export directory.
+        #[arg(long, value_name = "DIR")]
+        from: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ExportArgs {
+    /// First key (inclusive; default: the first key).
+    #[arg(long)]
+    start: Option<String>,
+    /// Key after the range (exclusive; default: unbounded).
+    #[arg(long)]
+    end: Option<String>,
+    /// The snapshot's timestamp (default: a fresh one from the oracle).
+    #[arg(long)]
+    ts: Option<u64>,
+    /// The export directory (missing or empty).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -248,6 +288,16 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
             return gc(&opening.open(&dir, false)?, safe_point_age, out);
         }
         Command::Repair => return repair(&opening.open(&dir, false)?, out),
+        Command::Backup { backup } => {
+            return backup_to(&opening.open(&dir, false)?, &backup, out);
+        }
+        Command::Export(args) => return export(&opening.open(&dir, false)?, args, codec, out),
+        Command::Import { from } => {
+            if cli.read_only {
+                return Err("import writes; it cannot go with --read-only".into());
+            }
+            return import(&dir, &from, out);
+        }
         command => command,
     };
     // Decode every argument before opening the directory: a typo costs
@@ -386,6 +436,81 @@ fn repair(client: &Client, out: &mut impl Write) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `percolate backup`: an online backup into `backup`.
+fn backup_to(client: &Client, backup: &Path, out: &mut impl Write) -> Result<(), Failure> {
+    let started = std::time::Instant::now();
+    let info = client.backup(backup)?;
+    writeln!(
+        out,
+        "backup in {}: {} files, {} bytes, at ts {} ({:.3} s)",
+        backup.display(),
+        info.files,
+        info.bytes,
+        info.ts,
+        started.elapsed().as_secs_f64()
+    )?;
+    Ok(())
+}
+
+/// `percolate export`: a key range as SST files.
+fn export(
+    client: &Client,
+    args: ExportArgs,
+    codec: Codec,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let start = match &args.start {
+        Some(s) => codec.decode(s)?,
+        None => Vec::new(),
+    };
+    let end = args.end.as_deref().map(|e| codec.decode(e)).transpose()?;
+    let ts = match args.ts {
+        Some(ts) => TimeStamp::new(ts),
+        None => client.current_ts()?,
+    };
+    let started = std::time::Instant::now();
+    let manifest = client.export_range(&start, end.as_deref(), ts, &args.out)?;
+    print_files(out, &manifest)?;
+    writeln!(
+        out,
+        "exported at ts {} into {} ({:.3} s)",
+        manifest.ts,
+        args.out.display(),
+        started.elapsed().as_secs_f64()
+    )?;
+    Ok(())
+}
+
+/// `percolate import`: an export into the data directory.
+fn import(dir: &Path, from: &Path, out: &mut impl Write) -> Result<(), Failure> {
+    let started = std::time::Instant::now();
+    let manifest = Client::import(dir, from)?;
+    print_files(out, &manifest)?;
+    writeln!(
+        out,
+        "imported at ts {} into {} ({:.3} s)",
+        manifest.ts,
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    )?;
+    Ok(())
+}
+
+/// One line per file of an export: `CF<TAB>NAME<TAB>ENTRIES<TAB>BYTES`.
+fn print_files(out: &mut impl Write, manifest: &ExportManifest) -> Result<(), Failure> {
+    for f in &manifest.files {
+        writeln!(
+            out,
+            "{}\t{}\t{} entries\t{} bytes",
+            f.cf.name(),
+            f.name,
+            f.entries,
+            f.size
+        )?;
+    }
+    Ok(())
+}
+
 /// The storage of the region holding `key`.
 fn storage<'a>(client: &'a Client, key: &[u8]) -> &'a Storage {
     client.cluster().region_for(key).storage()
@@ -434,8 +559,12 @@ impl Decoded {
             }
             Command::Raw(RawCommand::Delete { key }) => Decoded::RawDelete(d(&key)?),
             Command::Raw(RawCommand::Scan(args)) => Decoded::RawScan(Range::new(args, codec)?),
-            Command::Gc { .. } | Command::Repair => {
-                return Err("gc and repair are not data commands".into());
+            Command::Gc { .. }
+            | Command::Repair
+            | Command::Backup { .. }
+            | Command::Export(_)
+            | Command::Import { .. } => {
+                return Err("not a data command".into());
             }
         })
     }

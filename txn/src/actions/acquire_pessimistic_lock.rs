@@ -260,11 +260,10 @@ fn check_not_exists<S: Snapshot>(
 
 #[cfg(test)]
 mod tests {
-    use percolate_engine::{Engine, MemoryEngine};
+    use percolate_engine::Engine;
     use percolate_mvcc::{MvccReader, MvccTxn};
 
     use super::*;
-    use percolate_engine::testing::temp_rocks_engine;
 
     use crate::testing::TxnFixture;
 
@@ -344,13 +343,7 @@ mod tests {
         assert!(reads > 0);
     }
 
-    #[test]
-    fn conflict_check_reads_only_below_the_ceiling_on_memory() {
-        conflict_check_reads_only_below_the_ceiling(MemoryEngine::new());
-    }
-
-    #[test]
-    fn conflict_check_reads_only_below_the_ceiling_on_rocks() {
-        conflict_check_reads_only_below_the_ceiling(temp_rocks_engine());
+    crate::testing::on_both_engines! {
+        conflict_check_reads_only_below_the_ceiling => conflict_check_reads_only_below_the_ceiling;
     }
 }

@@ -799,8 +799,7 @@ fn commit_one_pc(
 
 #[cfg(test)]
 mod tests {
-    use percolate_engine::testing::temp_rocks_engine;
-    use percolate_engine::{Engine, MemoryEngine};
+    use percolate_engine::Engine;
     use percolate_mvcc::{Key, LockType};
 
     use super::*;
@@ -926,23 +925,8 @@ mod tests {
         assert!(reads > 0);
     }
 
-    #[test]
-    fn conflict_check_reads_only_below_the_ceiling_on_memory() {
-        conflict_check_reads_only_below_the_ceiling(MemoryEngine::new());
-    }
-
-    #[test]
-    fn conflict_check_reads_only_below_the_ceiling_on_rocks() {
-        conflict_check_reads_only_below_the_ceiling(temp_rocks_engine());
-    }
-
-    #[test]
-    fn sorted_batch_finds_what_is_in_the_middle_on_memory() {
-        sorted_batch_finds_what_is_in_the_middle(MemoryEngine::new());
-    }
-
-    #[test]
-    fn sorted_batch_finds_what_is_in_the_middle_on_rocks() {
-        sorted_batch_finds_what_is_in_the_middle(temp_rocks_engine());
+    crate::testing::on_both_engines! {
+        conflict_check_reads_only_below_the_ceiling => conflict_check_reads_only_below_the_ceiling;
+        sorted_batch_finds_what_is_in_the_middle => sorted_batch_finds_what_is_in_the_middle;
     }
 }

@@ -23,6 +23,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod backup;
+mod export;
 mod gc;
 mod heartbeat;
 mod pessimistic;
@@ -39,6 +41,8 @@ use std::time::{Duration, Instant};
 use percolate_engine::{Engine, RocksEngine, RocksOptions};
 use percolate_mvcc::{Key, TimeStamp};
 
+pub use self::backup::BackupInfo;
+pub use self::export::{ExportManifest, ExportedFile, MANIFEST_FILE};
 use self::heartbeat::HeartBeats;
 pub use self::pessimistic::PessimisticTransaction;
 pub use self::raw::{RawClient, RawScanIter};

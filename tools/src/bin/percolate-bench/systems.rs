@@ -16,9 +16,9 @@ use percolate::txn::scheduler::SchedulerConfig;
 use percolate::txn::storage::StorageConfig;
 use percolate::{Client, ClientConfig, CommitProtocol, OpenOptions, PessimisticTransaction};
 use rocksdb::{
-    BlockBasedOptions, Cache, DB, DBCompressionType, ErrorKind, MultiThreaded, Options,
-    ReadOptions, TransactionDB, TransactionDBOptions, TransactionOptions, WaitForCompactOptions,
-    WriteBatch, WriteBatchWithTransaction, WriteOptions,
+    BlockBasedOptions, Cache, DB, ErrorKind, MultiThreaded, Options, ReadOptions, TransactionDB,
+    TransactionDBOptions, TransactionOptions, WaitForCompactOptions, WriteBatch,
+    WriteBatchWithTransaction, WriteOptions,
 };
 
 use crate::workload::{INITIAL_COUNTER, Op, ReadMode, counter, record_key, transfer, value};
@@ -234,15 +234,8 @@ fn rocks_options() -> Options {
     opts.set_wal_bytes_per_sync(512 << 10);
     opts.set_enable_pipelined_write(true);
     opts.set_write_buffer_size(64 << 20);
-    opts.set_compression_per_level(&[
-        DBCompressionType::None,
-        DBCompressionType::None,
-        DBCompressionType::Lz4,
-        DBCompressionType::Lz4,
-        DBCompressionType::Lz4,
-        DBCompressionType::Zstd,
-        DBCompressionType::Zstd,
-    ]);
+    // The same as percolate's own RocksDB.
+    opts.set_compression_per_level(&percolate::engine::COMPRESSION_PER_LEVEL);
     opts.set_block_based_table_factory(&table);
     opts
 }
@@ -314,18 +307,7 @@ impl System for Raw {
                         .iter()
                         .map(|k| (*k, value(INITIAL_COUNTER, value_len))),
                 )?,
-                Op::Scan { start, len } => {
-                    let mut it = self.db.raw_iterator();
-                    it.seek(record_key(*start));
-                    for _ in 0..*len {
-                        if !it.valid() {
-                            break;
-                        }
-                        std::hint::black_box((it.key(), it.value()));
-                        it.next();
-                    }
-                    it.status()?;
-                }
+                Op::Scan { start, len } => read_raw(self.db.raw_iterator(), *start, *len)?,
                 Op::ReadModifyWrite(k) => {
                     let c = counter(self.db.get_pinned(record_key(*k))?.as_deref());
                     self.write([(*k, value(c.wrapping_add(1), value_len))])?;
@@ -398,19 +380,7 @@ impl TxnDb {
                     txn.put(record_key(*k), value(INITIAL_COUNTER, value_len))?;
                 }
             }
-            Op::Scan { start, len } => {
-                let mut it = txn.raw_iterator_opt(read);
-                it.seek(record_key(*start));
-                for _ in 0..*len {
-                    if !it.valid() {
-                        break;
-                    }
-                    std::hint::black_box((it.key(), it.value()));
-                    it.next();
-                }
-                it.status()?;
-                drop(it);
-            }
+            Op::Scan { start, len } => read_raw(txn.raw_iterator_opt(read), *start, *len)?,
             Op::ReadModifyWrite(k) => {
                 let key = record_key(*k);
                 let c = counter(txn.get_pinned_for_update_opt(&key, true, &read)?.as_deref());
@@ -850,6 +820,24 @@ impl System for Percolate {
             .wait_for_compact(&WaitForCompactOptions::default())?;
         Ok(())
     }
+}
+
+/// Reads the first `len` pairs from `start` through a RocksDB iterator, as
+/// YCSB-E does (raw RocksDB and TransactionDB alike).
+fn read_raw<D: rocksdb::DBAccess>(
+    mut it: rocksdb::DBRawIteratorWithThreadMode<'_, D>,
+    start: u64,
+    len: usize,
+) -> Result<(), rocksdb::Error> {
+    it.seek(record_key(start));
+    for _ in 0..len {
+        if !it.valid() {
+            break;
+        }
+        std::hint::black_box((it.key(), it.value()));
+        it.next();
+    }
+    it.status()
 }
 
 /// Reads the first `len` pairs of a percolate scan (one storage read of

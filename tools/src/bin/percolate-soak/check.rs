@@ -224,7 +224,7 @@ pub struct RoundOutcome {
     /// Whether the writer died before its resolver went through them.
     pub resolver_killed: bool,
     /// Whether the directory was checked after this round (see
-    /// [`run_round_unchecked`](super::run_round_unchecked)).
+    /// [`run_round`](super::run_round)).
     pub checked: bool,
     /// Transactions of the rounds checked now (this one and any unchecked
     /// one before it) visible after the reopen (committed, reported or not).

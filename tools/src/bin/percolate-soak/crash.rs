@@ -660,12 +660,14 @@ impl Writer {
     }
 }
 
-/// Runs one round: spawns a writer for round `state.next_round`, kills it
-/// as `kill` says, reopens the directory and checks it (the whole
-/// directory, and what this writer and any unchecked one before it
-/// reported), and records the result in the ledger. Only a failure to
-/// run, to read or to write the ledger is an `Err`; broken invariants are
-/// in the outcome's `anomalies`.
+/// Runs one round: spawns a writer for round `state.next_round` and kills
+/// it as `kill` says. With `checked`, then reopens the directory and checks
+/// it (the whole directory, and what this writer and any unchecked one
+/// before it reported), and records the result in the ledger. Without, the
+/// round is left unchecked: the dead writer's locks stay for the next
+/// writer's lock resolver, and the next checked round checks this round's
+/// report too. Only a failure to run, to read or to write the ledger is an
+/// `Err`; broken invariants are in the outcome's `anomalies`.
 pub fn run_round(
     exe: &Path,
     dir: &Path,
@@ -673,26 +675,14 @@ pub fn run_round(
     threads: usize,
     seed: u64,
     kill: Kill,
+    checked: bool,
 ) -> Result<RoundOutcome, Failure> {
-    let mut outcome = run_round_unchecked(exe, dir, state, threads, seed, kill)?;
-    outcome.checked = true;
-    check::check(dir, state, &mut outcome)?;
-    Ok(outcome)
-}
-
-/// Runs one round as [`run_round`] does but leaves it unchecked: the dead
-/// writer's locks stay for the next writer's lock resolver, and the next
-/// [`run_round`] checks this round's report too.
-pub fn run_round_unchecked(
-    exe: &Path,
-    dir: &Path,
-    state: &mut State,
-    threads: usize,
-    seed: u64,
-    kill: Kill,
-) -> Result<RoundOutcome, Failure> {
-    let (report, outcome) = run_writer(exe, dir, state, threads, seed, kill)?;
+    let (report, mut outcome) = run_writer(exe, dir, state, threads, seed, kill)?;
     state.pending.push(report);
+    if checked {
+        outcome.checked = true;
+        check::check(dir, state, &mut outcome)?;
+    }
     Ok(outcome)
 }
 
@@ -854,11 +844,7 @@ pub fn soak(
         };
         let unchecked = !last && !after_unchecked && rng.random_ratio(1, 4);
         let seed = rng.random::<u64>();
-        let outcome = if unchecked {
-            run_round_unchecked(exe, dir, &mut state, args.threads, seed, kill)?
-        } else {
-            run_round(exe, dir, &mut state, args.threads, seed, kill)?
-        };
+        let outcome = run_round(exe, dir, &mut state, args.threads, seed, kill, !unchecked)?;
         after_unchecked = unchecked;
         totals.add(&outcome, !last);
         print_round(out, &outcome, kill, &totals, started.elapsed())?;
