@@ -72,8 +72,8 @@ pub use percolate_engine::Durability;
 pub use percolate_mvcc as mvcc;
 pub use percolate_txn as txn;
 pub use percolate_txn::client::{
-    Client, ClientConfig, CommitInfo, CommitOptions, CommitProtocol, Keys, OpenOptions,
-    ParallelPrewrite, PessimisticTransaction, RawClient, RawScanIter, Scan, SecondaryCommits,
-    Snapshot, Transaction, TxnError,
+    AutoGcConfig, Client, ClientConfig, CommitInfo, CommitOptions, CommitProtocol, Keys, Keyspace,
+    OpenOptions, ParallelPrewrite, PessimisticTransaction, RawClient, RawScanIter, Scan,
+    SecondaryCommits, Snapshot, Transaction, TxnError,
 };
 pub use percolate_txn::{Error, Result};

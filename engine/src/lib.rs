@@ -37,6 +37,7 @@ mod error;
 mod lock_mirror;
 mod memory;
 mod rocks;
+mod stats;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 
@@ -48,6 +49,7 @@ pub use rocks::{
     SalvageReport, WalRecovery,
 };
 pub use rocks::{SstEvent, SstFileInfo, SstSink};
+pub use stats::EngineStats;
 
 /// A column family. MVCC data lives in three of them; see `percolate-mvcc`
 /// for what each one holds.
@@ -238,6 +240,33 @@ impl IterOptions {
     }
 }
 
+/// What the GC in an engine's compactions must know of a write-CF record
+/// (see [`Engine::set_gc_safe_point`]). The engine stores MVCC records as
+/// bytes and cannot read them: the layer above decodes them for it with a
+/// [`GcDecoder`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GcRecord {
+    /// A committed put.
+    Put {
+        /// The transaction's start_ts: a long value lives in the default
+        /// CF under the record's key prefix and this ts.
+        start_ts: u64,
+        /// Whether the value lives in the default CF (it was too long to
+        /// be kept inline in the record).
+        long_value: bool,
+    },
+    /// A committed delete.
+    Delete,
+    /// A record readers skip (a read lock or a rollback).
+    Other,
+}
+
+/// Decodes a write-CF record's value for the GC of an engine's
+/// compactions: `None` where the bytes do not decode (such a record is
+/// kept, and so is every older one of its key).
+pub type GcDecoder = fn(&[u8]) -> Option<GcRecord>;
+
 /// A key-value engine with column families.
 ///
 /// Cloning an engine gives another handle to the same data.
@@ -293,6 +322,12 @@ pub trait Engine: Clone + Send + Sync + 'static {
         None
     }
 
+    /// The engine's own statistics (RocksDB's tickers and sizes), if it
+    /// keeps any. Defaults to `None`.
+    fn stats(&self) -> Option<EngineStats> {
+        None
+    }
+
     /// Whether the lock CF is known to hold no key now (a write that is
     /// applying one may not show yet). Defaults to false: not known.
     fn holds_no_locks(&self) -> bool {
@@ -302,6 +337,30 @@ pub trait Engine: Clone + Send + Sync + 'static {
     /// Applies every modification of `batch` atomically: after a crash either
     /// all of them are visible or none is.
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()>;
+
+    /// Hands the engine a GC safe point (every reader reads at or above
+    /// it; its locks below it are resolved), for the engine to drop in its
+    /// own compactions the write-CF versions no such read can see, with
+    /// their default-CF values, reading the records with `decode`. The
+    /// engine keeps the largest safe point it was given (a smaller one
+    /// changes nothing), across restarts where it persists data. Returns
+    /// whether it does such GC: false, the default, leaves the caller to
+    /// delete the versions itself.
+    fn set_gc_safe_point(&self, safe_point: u64, decode: GcDecoder) -> Result<bool> {
+        let _ = (safe_point, decode);
+        Ok(false)
+    }
+
+    /// Finishes what the GC of earlier compactions left (see
+    /// [`set_gc_safe_point`](Self::set_gc_safe_point)): deletes the
+    /// default-CF values of the versions they dropped, and returns the
+    /// write-CF key prefixes (keys without their ts) whose newest version
+    /// at or below the safe point is a Delete that a compaction could not
+    /// drop itself, for the caller to collect with point deletes at the
+    /// safe point. Defaults to nothing.
+    fn take_gc_leftovers(&self) -> Result<Vec<Vec<u8>>> {
+        Ok(Vec::new())
+    }
 }
 
 /// Implements, inside the `impl Engine` of a wrapper around another engine

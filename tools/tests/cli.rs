@@ -330,3 +330,36 @@ fn export_then_import_into_another_directory() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("already holds data"));
 }
+
+#[test]
+fn stats_prints_prometheus_text_with_rocksdbs_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(dir.path(), &["put", "alice", "100"]);
+    let text = ok(dir.path(), &["stats"]);
+    assert!(
+        text.contains("# TYPE percolate_commands_total counter"),
+        "{text}"
+    );
+    // The scan of each region ran a Scan command in this process.
+    assert!(
+        text.contains("percolate_commands_total{command=\"scan\",outcome=\"ok\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE percolate_rocksdb_live_sst_bytes gauge"),
+        "{text}"
+    );
+    let memtable: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("percolate_rocksdb_memtable_bytes "))
+        .expect("a memtable size")
+        .parse()
+        .unwrap();
+    assert!(memtable > 0, "{text}");
+    // Beside a read-only open too.
+    assert!(ok(dir.path(), &["--read-only", "stats"]).contains("percolate_rocksdb_"));
+    // A directory without a database is an error, not a new database.
+    let missing = dir.path().join("missing");
+    assert_eq!(percolate(&missing, &["stats"]).status.code(), Some(1));
+    assert!(!missing.exists());
+}

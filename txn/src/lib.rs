@@ -44,6 +44,7 @@ pub mod fail;
 #[path = "fail_off.rs"]
 mod fail;
 pub mod lock_wait;
+pub mod metrics;
 pub mod oracle;
 pub mod read;
 pub mod scheduler;

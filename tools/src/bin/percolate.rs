@@ -119,6 +119,13 @@ enum Command {
     /// stored, in hex: `CF<TAB>KEY<TAB>VALUE<TAB>REASON`. Records that
     /// decode are never touched.
     Repair,
+    /// Prints the metrics of the database in Prometheus' text format:
+    /// RocksDB's sizes (live table files, memtables, block cache, pending
+    /// compaction) and its counters since this open, after one read of
+    /// every region, and percolate's counters of this process (the
+    /// commands the open and that read ran; a long-running embedder
+    /// serves `Client::metrics` itself).
+    Stats,
     /// Writes a backup of the database into BACKUP (a missing or empty
     /// directory): a consistent copy taken online (hard links to the
     /// database's files where possible); `--dir BACKUP` opens it as a
@@ -288,6 +295,7 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
             return gc(&opening.open(&dir, false)?, safe_point_age, out);
         }
         Command::Repair => return repair(&opening.open(&dir, false)?, out),
+        Command::Stats => return stats(&opening.open(&dir, false)?, out),
         Command::Backup { backup } => {
             return backup_to(&opening.open(&dir, false)?, &backup, out);
         }
@@ -437,6 +445,20 @@ fn repair(client: &Client, out: &mut impl Write) -> Result<(), Failure> {
 }
 
 /// `percolate backup`: an online backup into `backup`.
+/// `percolate stats`: the metrics, after a key-only scan of one key in
+/// each region, so that the block cache has been looked up.
+fn stats(client: &Client, out: &mut impl Write) -> Result<(), Failure> {
+    let snapshot = client.snapshot_latest()?;
+    for region in client.cluster().regions() {
+        let start = region.start_key().to_vec();
+        for pair in snapshot.keys(start..).take(1) {
+            pair?;
+        }
+    }
+    out.write_all(client.metrics().to_prometheus().as_bytes())?;
+    Ok(())
+}
+
 fn backup_to(client: &Client, backup: &Path, out: &mut impl Write) -> Result<(), Failure> {
     let started = std::time::Instant::now();
     let info = client.backup(backup)?;
@@ -561,6 +583,7 @@ impl Decoded {
             Command::Raw(RawCommand::Scan(args)) => Decoded::RawScan(Range::new(args, codec)?),
             Command::Gc { .. }
             | Command::Repair
+            | Command::Stats
             | Command::Backup { .. }
             | Command::Export(_)
             | Command::Import { .. } => {

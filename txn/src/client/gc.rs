@@ -36,6 +36,11 @@ impl<E: Engine> Client<E> {
     /// the clock): a read at a ts below the safe point may find its
     /// versions gone. A safe point not below the oracle's latest timestamp
     /// is `InvalidRequest`; zero collects nothing.
+    ///
+    /// This collects with point deletes, now; automatic GC
+    /// ([`gc_once`](Self::gc_once), [`AutoGcConfig`](super::AutoGcConfig))
+    /// picks its safe point itself and lets RocksDB's compactions drop the
+    /// versions.
     pub fn gc(&self, safe_point: TimeStamp) -> Result<GcInfo> {
         self.check_writable()?;
         let mut total = GcInfo::default();
@@ -58,6 +63,10 @@ impl<E: Engine> Client<E> {
             total.deleted_versions += info.deleted_versions;
             total.deleted_values += info.deleted_values;
         }
+        let deleted = u64::try_from(total.deleted_versions).unwrap_or(u64::MAX);
+        self.inner
+            .metrics
+            .gc_round(safe_point.into_inner(), deleted);
         Ok(total)
     }
 
@@ -83,7 +92,11 @@ impl<E: Engine> Client<E> {
 
     /// Resolves the region's locks of transactions started at or below
     /// `safe_point`, `LOCK_BATCH` at a time in key order.
-    fn resolve_locks_below(&self, region: &Region<E>, safe_point: TimeStamp) -> Result<()> {
+    pub(super) fn resolve_locks_below(
+        &self,
+        region: &Region<E>,
+        safe_point: TimeStamp,
+    ) -> Result<()> {
         let end = region.end_key().map(key);
         let mut from = key(region.start_key());
         loop {

@@ -23,10 +23,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod auto_gc;
 mod backup;
 mod export;
 mod gc;
 mod heartbeat;
+mod keyspace;
 mod pessimistic;
 mod raw;
 mod resolver;
@@ -41,9 +43,13 @@ use std::time::{Duration, Instant};
 use percolate_engine::{Engine, RocksEngine, RocksOptions};
 use percolate_mvcc::{Key, TimeStamp};
 
+pub use self::auto_gc::{AutoGcConfig, GcRound};
 pub use self::backup::BackupInfo;
 pub use self::export::{ExportManifest, ExportedFile, MANIFEST_FILE};
 use self::heartbeat::HeartBeats;
+pub use self::keyspace::{
+    KEYSPACE_MARKER, Keyspace, KeyspaceRead, KeyspaceScan, KeyspaceWrite, MAX_KEYSPACE_NAME,
+};
 pub use self::pessimistic::PessimisticTransaction;
 pub use self::raw::{RawClient, RawScanIter};
 pub use self::scan::{FIRST_BATCH, Keys, MAX_BATCH, Scan};
@@ -52,6 +58,7 @@ pub use self::transaction::{CommitInfo, CommitOptions, CommitProtocol, Transacti
 
 use crate::cluster::Cluster;
 use crate::concurrency_manager::MaxTsLimit;
+use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::oracle::{LocalOracle, TimestampOracle};
 use crate::read::ReadOptions;
 use crate::storage::StorageConfig;
@@ -101,6 +108,10 @@ pub struct ClientConfig {
     /// crash of the process only). Defaults to `None`: each region's own
     /// ([`StorageConfig`]'s scheduler durability, buffered unless set).
     pub durability: Option<percolate_engine::Durability>,
+    /// Automatic garbage collection: a safe point ten minutes behind the
+    /// clock by default, advanced by a background thread (see
+    /// [`AutoGcConfig`] and [`Client::gc_once`]).
+    pub gc: AutoGcConfig,
 }
 
 /// Whether a transaction's prewrite batches run at once (TiKV's parallel
@@ -162,6 +173,7 @@ impl Default for ClientConfig {
             secondary_commits: SecondaryCommits::default(),
             lock_wait_timeout: Duration::from_secs(1),
             durability: None,
+            gc: AutoGcConfig::default(),
         }
     }
 }
@@ -216,6 +228,10 @@ pub(crate) struct Inner<E: Engine> {
     pub(crate) oracle: Arc<dyn TimestampOracle>,
     pub(crate) config: ClientConfig,
     pub(crate) heartbeats: HeartBeats,
+    /// Automatic GC: live timestamps, safe point, background thread.
+    pub(crate) auto_gc: auto_gc::AutoGc,
+    /// Shared with the regions' storages ([`Client::metrics`]).
+    pub(crate) metrics: Arc<Metrics>,
     /// The data directory's lock, held while the client lives (see
     /// [`Client::open_with`]); `None` for a client built from parts.
     _dir_lock: Option<std::fs::File>,
@@ -311,14 +327,13 @@ impl Client<RocksEngine> {
             ..StorageConfig::default()
         };
         let cluster = Cluster::new(engine, Vec::new(), storage);
-        let inner = Arc::new_cyclic(|weak| Inner {
+        let inner = Inner::new(
             cluster,
             oracle,
-            heartbeats: HeartBeats::new(weak.clone(), ClientConfig::default().lock_ttl_ms),
-            config: ClientConfig::default(),
-            _dir_lock: None,
-            read_only: Some(dir.to_path_buf()),
-        });
+            ClientConfig::default(),
+            None,
+            Some(dir.to_path_buf()),
+        );
         Ok(Client { inner })
     }
 
@@ -449,14 +464,8 @@ impl<E: Engine> Client<E> {
         config: ClientConfig,
         dir_lock: Option<std::fs::File>,
     ) -> Self {
-        let inner = Arc::new_cyclic(|weak| Inner {
-            cluster,
-            oracle,
-            heartbeats: HeartBeats::new(weak.clone(), config.lock_ttl_ms),
-            config,
-            _dir_lock: dir_lock,
-            read_only: None,
-        });
+        let inner = Inner::new(cluster, oracle, config, dir_lock, None);
+        auto_gc::AutoGc::start(&inner);
         Client { inner }
     }
 
@@ -469,6 +478,35 @@ impl<E: Engine> Client<E> {
     /// The regions.
     pub fn cluster(&self) -> &Cluster<E> {
         &self.inner.cluster
+    }
+
+    /// Every counter and histogram of the client and its regions
+    /// ([`crate::metrics`]), with the engine's own statistics (RocksDB's
+    /// block cache hits, write stalls, compaction bytes, sizes) where it
+    /// keeps them. [`MetricsSnapshot::to_prometheus`] renders it for a
+    /// Prometheus scrape.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let client = percolate_txn::client::Client::open(dir.path())?;
+    /// client.with_retry(|txn| {
+    ///     txn.put(b"k", b"v");
+    ///     Ok(())
+    /// })?;
+    /// let metrics = client.metrics();
+    /// assert_eq!(metrics.commits_total(), 1);
+    /// assert!(metrics.to_prometheus().contains("percolate_commits_total"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn metrics(&self) -> MetricsSnapshot {
+        let mut snapshot = self.inner.metrics.snapshot();
+        let regions = self.inner.cluster.regions();
+        snapshot.latch_waits = regions
+            .iter()
+            .map(|r| r.storage().scheduler().latch_waits())
+            .sum();
+        snapshot.engine = regions.first().and_then(|r| r.storage().engine().stats());
+        snapshot
     }
 
     /// The timestamp oracle.
@@ -484,10 +522,8 @@ impl<E: Engine> Client<E> {
     /// Begins an optimistic transaction at a fresh start_ts (snapshot
     /// isolation).
     pub fn begin(&self) -> Result<Transaction<E>> {
-        Ok(Transaction::new(
-            self.inner.clone(),
-            self.inner.oracle.get_ts()?,
-        ))
+        let (start_ts, live) = self.inner.auto_gc.live.fresh(&*self.inner.oracle)?;
+        Ok(Transaction::new(self.inner.clone(), start_ts, live))
     }
 
     /// Begins a pessimistic transaction at a fresh start_ts: its writes
@@ -515,6 +551,7 @@ impl<E: Engine> Client<E> {
             match result {
                 Err(e) if e.is_retryable() && attempt < self.inner.config.max_retries => {
                     attempt += 1;
+                    self.inner.metrics.retry();
                     backoff.sleep();
                 }
                 other => return other,
@@ -544,13 +581,14 @@ impl<E: Engine> Client<E> {
     /// one too far ahead of the oracle (`InvalidMaxTsUpdate`).
     /// Versions below the last GC safe point may be gone.
     pub fn snapshot(&self, ts: TimeStamp) -> Snapshot<E> {
-        Snapshot::new(self.inner.clone(), ts)
+        Snapshot::new(self.inner.clone(), ts, self.inner.auto_gc.live.register(ts))
     }
 
     /// A read-only snapshot of the latest data: at a fresh timestamp from
     /// the oracle.
     pub fn snapshot_latest(&self) -> Result<Snapshot<E>> {
-        Ok(self.snapshot(self.current_ts()?))
+        let (ts, live) = self.inner.auto_gc.live.fresh(&*self.inner.oracle)?;
+        Ok(Snapshot::new(self.inner.clone(), ts, live))
     }
 
     /// Raw key-value access, beside the transactional data and separate
@@ -642,6 +680,7 @@ impl<E: Engine> Client<E> {
                     if e.is_retryable() && attempt < self.inner.config.max_retries =>
                 {
                     attempt += 1;
+                    self.inner.metrics.retry();
                     backoff.sleep();
                 }
                 other => return other,
@@ -663,6 +702,7 @@ impl<E: Engine> Client<E> {
             match result {
                 Err(e) if e.is_retryable() && attempt < self.inner.config.max_retries => {
                     attempt += 1;
+                    self.inner.metrics.retry();
                     backoff.sleep();
                 }
                 other => return other,
@@ -788,3 +828,57 @@ pub(crate) fn key(raw: &[u8]) -> Key {
 
 #[cfg(test)]
 mod tests;
+
+impl<E: Engine> Inner<E> {
+    /// The client's shared state. It counts into its first region's
+    /// metrics, which a cluster's regions share, and through an oracle
+    /// that counts its calls there (when they record).
+    fn new(
+        cluster: Cluster<E>,
+        oracle: Arc<dyn TimestampOracle>,
+        config: ClientConfig,
+        dir_lock: Option<std::fs::File>,
+        read_only: Option<std::path::PathBuf>,
+    ) -> Arc<Self> {
+        let metrics = match cluster.regions().first() {
+            Some(region) => region.storage().metrics().clone(),
+            None => Arc::new(Metrics::new()),
+        };
+        let oracle: Arc<dyn TimestampOracle> = if metrics.is_enabled() {
+            Arc::new(CountedOracle {
+                inner: oracle,
+                metrics: metrics.clone(),
+            })
+        } else {
+            oracle
+        };
+        Arc::new_cyclic(|weak| Inner {
+            cluster,
+            oracle,
+            metrics,
+            heartbeats: HeartBeats::new(weak.clone(), config.lock_ttl_ms),
+            config,
+            auto_gc: auto_gc::AutoGc::new(),
+            _dir_lock: dir_lock,
+            read_only,
+        })
+    }
+}
+
+/// The client's oracle, counting its calls in the metrics.
+struct CountedOracle {
+    inner: Arc<dyn TimestampOracle>,
+    metrics: Arc<Metrics>,
+}
+
+impl TimestampOracle for CountedOracle {
+    fn get_ts(&self) -> Result<TimeStamp> {
+        self.metrics.oracle_call();
+        self.inner.get_ts()
+    }
+
+    fn get_ts_batch(&self, count: u32) -> Result<TimeStamp> {
+        self.metrics.oracle_call();
+        self.inner.get_ts_batch(count)
+    }
+}

@@ -24,6 +24,7 @@ use super::{Backoff, Deadline, Inner, key};
 use crate::actions::TxnStatus;
 use crate::actions::check_txn_status::CheckTxnStatusOptions;
 use crate::commands::{BatchGet, Get, Scan, SecondaryLocksStatus};
+use crate::metrics::ResolveOutcome;
 use crate::read::{ReadOptions, ScanRequest};
 use crate::{Error, Result};
 
@@ -236,6 +237,11 @@ impl<E: Engine> Inner<E> {
                     fate
                 }
             };
+            self.metrics.resolved(match fate {
+                Fate::Committed(_) => ResolveOutcome::Committed,
+                Fate::RolledBack => ResolveOutcome::RolledBack,
+                Fate::Pushed | Fate::Alive => ResolveOutcome::Alive,
+            });
             let commit_ts = match fate {
                 Fate::Committed(commit_ts) => commit_ts,
                 Fate::RolledBack => TimeStamp::zero(),

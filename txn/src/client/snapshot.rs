@@ -44,6 +44,8 @@ use crate::read::ReadOptions;
 pub struct Snapshot<E: Engine = RocksEngine> {
     client: Arc<Inner<E>>,
     ts: TimeStamp,
+    /// Holds automatic GC's safe point below `ts` while alive.
+    live: super::auto_gc::LiveTs,
 }
 
 impl<E: Engine> Clone for Snapshot<E> {
@@ -51,6 +53,7 @@ impl<E: Engine> Clone for Snapshot<E> {
         Snapshot {
             client: self.client.clone(),
             ts: self.ts,
+            live: self.live.clone(),
         }
     }
 }
@@ -62,8 +65,8 @@ impl<E: Engine> std::fmt::Debug for Snapshot<E> {
 }
 
 impl<E: Engine> Snapshot<E> {
-    pub(super) fn new(client: Arc<Inner<E>>, ts: TimeStamp) -> Self {
-        Snapshot { client, ts }
+    pub(super) fn new(client: Arc<Inner<E>>, ts: TimeStamp, live: super::auto_gc::LiveTs) -> Self {
+        Snapshot { client, ts, live }
     }
 
     /// The timestamp the snapshot reads at.

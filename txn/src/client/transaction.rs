@@ -15,6 +15,7 @@ use super::{Backoff, Deadline, Inner, ParallelPrewrite, SecondaryCommits, key};
 use crate::actions::prewrite::{Mutation, PessimisticAction, PrewriteResult, TransactionKind};
 use crate::commands::{Commit, Prewrite, Unlock};
 use crate::fail;
+use crate::metrics::ProtocolKind;
 use crate::read::ReadOptions;
 use crate::scheduler::Pending;
 use crate::storage::CommandOptions;
@@ -99,6 +100,8 @@ pub struct Transaction<E: Engine = RocksEngine> {
     /// open for a while get that time on top of the configured TTL.
     began: Instant,
     buffer: BTreeMap<Vec<u8>, Op>,
+    /// Holds automatic GC's safe point below the start_ts while alive.
+    _live: super::auto_gc::LiveTs,
 }
 
 impl<E: Engine> std::fmt::Debug for Transaction<E> {
@@ -117,12 +120,17 @@ struct Batch {
 }
 
 impl<E: Engine> Transaction<E> {
-    pub(super) fn new(client: Arc<Inner<E>>, start_ts: TimeStamp) -> Self {
+    pub(super) fn new(
+        client: Arc<Inner<E>>,
+        start_ts: TimeStamp,
+        live: super::auto_gc::LiveTs,
+    ) -> Self {
         Transaction {
             client,
             start_ts,
             began: Instant::now(),
             buffer: BTreeMap::new(),
+            _live: live,
         }
     }
 
@@ -252,9 +260,27 @@ impl<E: Engine> Transaction<E> {
         let elapsed_ms = u64::try_from(self.began.elapsed().as_millis()).unwrap_or(u64::MAX);
         let lock_ttl_ms = self.client.config.lock_ttl_ms.saturating_add(elapsed_ms);
         let durability = options.durability.or(self.client.config.durability);
-        Committer::new(&self.client, self.start_ts, lock_ttl_ms, buffer, pessimism)
+        let metrics = &self.client.metrics;
+        let (start, pessimistic) = (metrics.start(), pessimism.is_some());
+        let outcome = Committer::new(&self.client, self.start_ts, lock_ttl_ms, buffer, pessimism)
             .durability(durability)
-            .run()
+            .run();
+        match &outcome {
+            Ok(info) => {
+                let protocol = match info.protocol {
+                    CommitProtocol::OnePc => Some(ProtocolKind::OnePc),
+                    CommitProtocol::AsyncCommit => Some(ProtocolKind::AsyncCommit),
+                    CommitProtocol::TwoPc => Some(ProtocolKind::TwoPc),
+                    CommitProtocol::ReadOnly => None,
+                };
+                if let Some(protocol) = protocol {
+                    metrics.committed(protocol, pessimistic, start);
+                }
+            }
+            Err(e) if e.is_retryable() => metrics.conflict(),
+            Err(_) => {}
+        }
+        outcome
     }
 
     /// Whether `key` has a buffered write (a Put, an Insert or a Delete;
@@ -705,6 +731,7 @@ impl<'a, E: Engine> Committer<'a, E> {
     /// before its commit point (every prewrite has answered by then: see
     /// [`Unlock`]), so they do not linger until they expire.
     fn rollback_in_background(&self) {
+        self.client.metrics.rolled_back();
         for (region, keys) in &self.keys_by_region {
             let storage = self.client.cluster.regions()[*region].storage();
             forget(storage.sched_write(Unlock {

@@ -117,6 +117,10 @@ pub trait WriteCommand: Send + 'static {
     /// The answer.
     type Output: Send + 'static;
 
+    /// What the command is, for its counters ([`crate::metrics`]).
+    /// Defaults to [`CommandKind::Other`](crate::metrics::CommandKind::Other).
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Other;
+
     /// The keys to latch: every key the command may modify.
     fn latch_keys(&self) -> Vec<Key>;
 
@@ -135,6 +139,10 @@ pub trait WriteCommand: Send + 'static {
 pub trait ReadCommand: Send + 'static {
     /// The answer.
     type Output: Send + 'static;
+
+    /// What the command is, for its counters ([`crate::metrics`]).
+    /// Defaults to [`CommandKind::Other`](crate::metrics::CommandKind::Other).
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Other;
 
     /// Runs the read. Snapshots are taken inside, after `max_ts` was raised
     /// and memory locks checked.

@@ -113,6 +113,8 @@ impl AcquirePessimisticLock {
 }
 
 impl WriteCommand for AcquirePessimisticLock {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::AcquirePessimisticLock;
+
     /// One answer per key, in the order asked.
     type Output = Vec<PessimisticLockKeyResult>;
 
@@ -162,6 +164,8 @@ pub struct PessimisticRollback {
 }
 
 impl WriteCommand for PessimisticRollback {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::PessimisticRollback;
+
     /// The locks removed.
     type Output = Vec<ReleasedLock>;
 

@@ -172,6 +172,8 @@ fn lock_type(kind: &MutationKind) -> Option<LockType> {
 }
 
 impl WriteCommand for Prewrite {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Prewrite;
+
     type Output = PrewriteResult;
 
     fn latch_keys(&self) -> Vec<Key> {

@@ -38,6 +38,8 @@ pub struct RawPut {
 }
 
 impl WriteCommand for RawPut {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::RawPut;
+
     type Output = ();
 
     fn latch_keys(&self) -> Vec<Key> {
@@ -67,6 +69,8 @@ pub struct RawDelete {
 }
 
 impl WriteCommand for RawDelete {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::RawDelete;
+
     type Output = ();
 
     fn latch_keys(&self) -> Vec<Key> {
@@ -99,6 +103,8 @@ pub struct RawDeleteRange {
 }
 
 impl WriteCommand for RawDeleteRange {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::RawDeleteRange;
+
     type Output = ();
 
     fn latch_keys(&self) -> Vec<Key> {
@@ -135,6 +141,8 @@ pub struct RawCompareAndSwap {
 }
 
 impl WriteCommand for RawCompareAndSwap {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::RawCompareAndSwap;
+
     /// Whether the swap happened, and the value found.
     type Output = (bool, Option<Vec<u8>>);
 
@@ -171,6 +179,8 @@ pub struct RawGet {
 }
 
 impl ReadCommand for RawGet {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::RawGet;
+
     type Output = Option<Vec<u8>>;
 
     fn process<E: Engine>(self, engine: &E, _cm: &ConcurrencyManager) -> Result<Self::Output> {
@@ -190,6 +200,8 @@ pub struct RawBatchGet {
 }
 
 impl ReadCommand for RawBatchGet {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::RawBatchGet;
+
     /// A pair per key that exists, in the order asked.
     type Output = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -225,6 +237,8 @@ pub struct RawScan {
 }
 
 impl ReadCommand for RawScan {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::RawScan;
+
     type Output = Vec<(Vec<u8>, Vec<u8>)>;
 
     fn process<E: Engine>(self, engine: &E, _cm: &ConcurrencyManager) -> Result<Self::Output> {

@@ -22,6 +22,8 @@ pub struct Get {
 }
 
 impl ReadCommand for Get {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Get;
+
     /// The value, if the key exists at `ts`.
     type Output = Option<Vec<u8>>;
 
@@ -46,6 +48,8 @@ pub struct BatchGet {
 }
 
 impl ReadCommand for BatchGet {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::BatchGet;
+
     /// One entry per key that exists (in the order asked), or per key that
     /// is locked (`Err(KeyIsLocked)`).
     type Output = Vec<Result<KvPair>>;
@@ -69,6 +73,8 @@ pub struct Scan {
 }
 
 impl ReadCommand for Scan {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Scan;
+
     /// Pairs in scan order, with one `Err(KeyIsLocked)` per locked key.
     type Output = Vec<Result<KvPair>>;
 
@@ -103,6 +109,8 @@ pub struct ScanLock {
 }
 
 impl ReadCommand for ScanLock {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::ScanLock;
+
     /// The locks, in key order.
     type Output = Vec<LockInfo>;
 
@@ -144,6 +152,8 @@ pub struct MvccByKey {
 }
 
 impl ReadCommand for MvccByKey {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::MvccByKey;
+
     /// Everything stored for the key.
     type Output = MvccInfo;
 

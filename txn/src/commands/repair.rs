@@ -55,6 +55,8 @@ pub struct DamagedRecord {
 }
 
 impl WriteCommand for Repair {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Repair;
+
     /// The records removed, lock CF first, then write, then default, each
     /// in key order.
     type Output = Vec<DamagedRecord>;

@@ -27,6 +27,8 @@ pub struct Cleanup {
 }
 
 impl WriteCommand for Cleanup {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Cleanup;
+
     /// The lock removed, if there was one.
     type Output = Option<ReleasedLock>;
 
@@ -64,6 +66,8 @@ pub struct CheckTxnStatus {
 }
 
 impl WriteCommand for CheckTxnStatus {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::CheckTxnStatus;
+
     /// The transaction's status.
     type Output = TxnStatus;
 
@@ -116,6 +120,8 @@ pub struct CheckSecondaryLocks {
 }
 
 impl WriteCommand for CheckSecondaryLocks {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::CheckSecondaryLocks;
+
     /// The combined status.
     type Output = SecondaryLocksStatus;
 
@@ -176,6 +182,8 @@ pub struct ResolveLockLite {
 }
 
 impl WriteCommand for ResolveLockLite {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::ResolveLockLite;
+
     /// The locks removed.
     type Output = Vec<ReleasedLock>;
 
@@ -216,6 +224,8 @@ pub struct ResolveLock {
 }
 
 impl WriteCommand for ResolveLock {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::ResolveLock;
+
     /// The locks removed.
     type Output = Vec<ReleasedLock>;
 

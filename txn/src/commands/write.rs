@@ -27,6 +27,8 @@ pub struct Commit {
 }
 
 impl WriteCommand for Commit {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Commit;
+
     /// The locks removed (a key already committed releases none).
     type Output = Vec<ReleasedLock>;
 
@@ -62,6 +64,8 @@ pub struct BatchRollback {
 }
 
 impl WriteCommand for BatchRollback {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::BatchRollback;
+
     /// The locks removed.
     type Output = Vec<ReleasedLock>;
 
@@ -101,6 +105,8 @@ pub struct Unlock {
 }
 
 impl WriteCommand for Unlock {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Unlock;
+
     /// The locks removed.
     type Output = Vec<ReleasedLock>;
 
@@ -148,6 +154,8 @@ pub struct TxnHeartBeat {
 }
 
 impl WriteCommand for TxnHeartBeat {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::TxnHeartBeat;
+
     /// The lock's TTL after the call.
     type Output = u64;
 
@@ -178,6 +186,8 @@ pub struct Gc {
 }
 
 impl WriteCommand for Gc {
+    const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Gc;
+
     /// Totals over the keys.
     type Output = GcInfo;
 

@@ -127,6 +127,8 @@ struct Inner<E> {
     /// cannot slip between a failed acquire and the task's return here.
     tasks: Vec<Mutex<HashMap<CommandId, Task<E>>>>,
     next_cid: AtomicU64,
+    /// Write commands that waited for a latch.
+    latch_waits: AtomicU64,
     in_flight: AtomicUsize,
     max_pending: usize,
     write_options: WriteOptions,
@@ -185,6 +187,7 @@ impl<E: Engine> Scheduler<E> {
             latches: Latches::new(config.latch_slots),
             tasks: (0..TASK_SHARDS).map(|_| Mutex::default()).collect(),
             next_cid: AtomicU64::new(1),
+            latch_waits: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             max_pending: config.max_pending.max(1),
             write_options: WriteOptions {
@@ -228,6 +231,12 @@ impl<E: Engine> Scheduler<E> {
         &self.inner.cm
     }
 
+    /// Write commands that found a latch taken when submitted and waited
+    /// for it, since the start.
+    pub fn latch_waits(&self) -> u64 {
+        self.inner.latch_waits.load(Ordering::Relaxed)
+    }
+
     /// Commands submitted and not yet answered.
     pub fn in_flight(&self) -> usize {
         self.inner.in_flight.load(Ordering::SeqCst)
@@ -252,7 +261,9 @@ impl<E: Engine> Scheduler<E> {
             job,
         };
         self.inner.tasks[shard(cid)].lock().insert(cid, task);
-        Inner::try_dispatch(&self.inner, cid);
+        if !Inner::try_dispatch(&self.inner, cid) {
+            self.inner.latch_waits.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -277,8 +288,11 @@ impl<E: Engine> Scheduler<E> {
             job,
         };
         self.inner.tasks[shard(cid)].lock().insert(cid, task);
-        if let Some(task) = Inner::try_acquire(&self.inner, cid) {
-            self.inner.clone().process(cid, task);
+        match Inner::try_acquire(&self.inner, cid) {
+            Some(task) => self.inner.clone().process(cid, task),
+            None => {
+                self.inner.latch_waits.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Ok(())
     }
@@ -355,12 +369,14 @@ impl<E: Engine> Inner<E> {
     }
 
     /// Acquires what it can of `cid`'s latches; once all are held, sends
-    /// the command to a worker.
-    fn try_dispatch(this: &Arc<Self>, cid: CommandId) {
-        if let Some(task) = Inner::try_acquire(this, cid) {
-            let inner = this.clone();
-            this.spawn(Box::new(move || inner.process(cid, task)));
-        }
+    /// the command to a worker. Whether it was sent.
+    fn try_dispatch(this: &Arc<Self>, cid: CommandId) -> bool {
+        let Some(task) = Inner::try_acquire(this, cid) else {
+            return false;
+        };
+        let inner = this.clone();
+        this.spawn(Box::new(move || inner.process(cid, task)));
+        true
     }
 
     /// Acquires what it can of `cid`'s latches; once all are held, takes
@@ -475,7 +491,7 @@ impl<E: Engine> Inner<E> {
 
     fn release(self: &Arc<Self>, cid: CommandId, lock: &latches::Lock) {
         for woken in self.latches.release(lock, cid) {
-            Inner::try_dispatch(self, woken);
+            let _ = Inner::try_dispatch(self, woken);
         }
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }

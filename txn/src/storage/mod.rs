@@ -27,6 +27,7 @@
 //! ```
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use percolate_engine::{Cf, Engine, EngineIterator, IterOptions, RocksEngine, Snapshot};
@@ -47,6 +48,7 @@ use crate::commands::{
 };
 use crate::concurrency_manager::{ConcurrencyManager, MaxTsLimit};
 use crate::lock_wait::{LockWaits, WaitOutcome, deleted_lock_hashes};
+use crate::metrics::Metrics;
 use crate::read::{ReadOptions, ScanRequest};
 use crate::scheduler::{JobInput, Pending, Scheduler, SchedulerConfig, pending};
 use crate::{Error, Result};
@@ -80,6 +82,11 @@ pub struct StorageConfig {
     /// each other's waits, so deadlocks across them are found. Defaults to
     /// a new table.
     pub lock_waits: LockWaits,
+    /// Where the storage counts its commands ([`crate::metrics`]).
+    /// Storages given clones of one `Arc` (a
+    /// [`Cluster`](crate::cluster::Cluster)'s regions, a client's) count
+    /// into one table. Defaults to a new, recording table.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Per-command options.
@@ -106,6 +113,7 @@ pub struct CommandOptions {
 /// [`Cluster`]: crate::cluster::Cluster
 pub struct Storage<E: Engine = RocksEngine> {
     scheduler: Scheduler<E>,
+    metrics: Arc<Metrics>,
     /// `None`: the whole key space.
     bounds: Option<Bounds>,
 }
@@ -145,6 +153,7 @@ impl<E: Engine> Storage<E> {
         );
         Storage {
             scheduler: Scheduler::new(engine, cm, &config.scheduler),
+            metrics: config.metrics,
             bounds: config.key_range.map(Bounds::new),
         }
     }
@@ -164,6 +173,11 @@ impl<E: Engine> Storage<E> {
     /// The scheduler, for its counters.
     pub fn scheduler(&self) -> &Scheduler<E> {
         &self.scheduler
+    }
+
+    /// Where this storage counts its commands.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Sends a write command without waiting for it.
@@ -195,6 +209,7 @@ impl<E: Engine> Storage<E> {
             }
         }
         let (completer, answer) = pending::<C::Output>();
+        let (metrics, start) = (self.metrics.clone(), self.metrics.start());
         let deadline = options.max_execution_duration.map(|d| Instant::now() + d);
         let job = Box::new(move |input: JobInput<'_, E>| {
             let (outcome, region) = match input {
@@ -225,6 +240,7 @@ impl<E: Engine> Storage<E> {
                                 cm.confirm_committed(engine, &result.committed);
                                 cm.lock_waits().release_deleted_locks(&released);
                             }
+                            metrics.command(C::KIND, start, written.is_ok());
                             completer.complete(written.map(|()| result.output));
                         }),
                     }
@@ -233,7 +249,10 @@ impl<E: Engine> Storage<E> {
                     batch: Default::default(),
                     guards: Vec::new(),
                     durability: None,
-                    reply: Box::new(move |_| completer.complete(Err(e))),
+                    reply: Box::new(move |_| {
+                        metrics.command(C::KIND, start, false);
+                        completer.complete(Err(e))
+                    }),
                 },
             }
         });
@@ -254,9 +273,12 @@ impl<E: Engine> Storage<E> {
             return Pending::ready(Err(e));
         }
         let (completer, answer) = pending::<C::Output>();
-        let submitted = self
-            .scheduler
-            .submit_read(move |engine, cm| completer.complete(cmd.process(engine, cm)));
+        let (metrics, start) = (self.metrics.clone(), self.metrics.start());
+        let submitted = self.scheduler.submit_read(move |engine, cm| {
+            let output = cmd.process(engine, cm);
+            metrics.command(C::KIND, start, output.is_ok());
+            completer.complete(output)
+        });
         match submitted {
             Ok(()) => answer,
             Err(e) => Pending::ready(Err(e)),
@@ -290,7 +312,10 @@ impl<E: Engine> Storage<E> {
     /// Runs a read command on the calling thread.
     pub fn read<C: ReadCommand>(&self, cmd: C) -> Result<C::Output> {
         self.check_read(&cmd)?;
-        cmd.process(self.engine(), self.concurrency_manager())
+        let start = self.metrics.start();
+        let output = cmd.process(self.engine(), self.concurrency_manager());
+        self.metrics.command(C::KIND, start, output.is_ok());
+        output
     }
 
     /// The region's bounds check of a read command.

@@ -236,8 +236,25 @@ impl Report {
                 format!("  (commits: 1pc {one}, async {asynchronous}, 2pc {two})")
             })
             .unwrap_or_default();
+        let per_op = |n: u64| n as f64 / m.cpu_ops.max(1) as f64;
+        let counters = m
+            .counters
+            .map(|c| {
+                format!(
+                    "\n  {:<17} per op: {:.2} commands, {:.2} oracle calls, {:.3} latch waits, \
+                     {:.4} conflicts, {:.4} retries, {:.4} locks resolved",
+                    "",
+                    per_op(c.commands),
+                    per_op(c.oracle_calls),
+                    per_op(c.latch_waits),
+                    per_op(c.conflicts),
+                    per_op(c.retries),
+                    per_op(c.resolved),
+                )
+            })
+            .unwrap_or_default();
         println!(
-            "  {:<17} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>6} {:>8} {:>8} {:>10.1}{protocols}",
+            "  {:<17} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>6} {:>8} {:>8} {:>10.1}{protocols}{counters}",
             kind.name(),
             m.ops_per_sec(),
             m.micros(0.5),

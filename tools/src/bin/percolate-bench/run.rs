@@ -58,6 +58,8 @@ pub struct Measurement {
     pub aborts: u64,
     /// Percolate's commits by protocol during the window: 1PC, async, 2PC.
     pub protocols: Option<[u32; 3]>,
+    /// Percolate's counters during the warm-up and the window.
+    pub counters: Option<crate::systems::Counters>,
     /// CPU time the whole process used during the warm-up and the window
     /// (every thread: clients, workers, the engine's background jobs).
     pub cpu: Duration,
@@ -221,6 +223,7 @@ pub fn measure(
     let done_ops = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let protocols_before = system.protocols();
+    let counters_before = system.counters();
     let unit = match limit {
         RunLimit::Time(_) => "ms",
         RunLimit::Ops(_) => "ops",
@@ -284,6 +287,10 @@ pub fn measure(
         (Some(before), Some(after)) => Some([0, 1, 2].map(|i| after[i] - before[i])),
         _ => None,
     };
+    let counters = match (counters_before, system.counters()) {
+        (Some(before), Some(after)) => Some(after.since(before)),
+        _ => None,
+    };
     Ok(Measurement {
         ops,
         elapsed: finished.saturating_duration_since(window_start),
@@ -291,6 +298,7 @@ pub fn measure(
         retries,
         aborts,
         protocols,
+        counters,
         cpu,
         cpu_ops,
     })

@@ -51,6 +51,9 @@ pub enum Kind {
     Fjall,
     /// percolate, one region: 1PC.
     OnePc,
+    /// percolate, one region, 1PC, with its metrics and RocksDB's
+    /// statistics switched off: what recording them costs.
+    OnePcNoMetrics,
     /// percolate, several regions, 1PC and async commit off: 2PC.
     TwoPc,
     /// percolate, several regions, 1PC off: async commit.
@@ -67,6 +70,7 @@ impl Kind {
             Kind::Txndb => "rocksdb-txndb",
             Kind::Fjall => "fjall-optimistic",
             Kind::OnePc => "percolate-1pc",
+            Kind::OnePcNoMetrics => "percolate-1pc-nometrics",
             Kind::TwoPc => "percolate-2pc",
             Kind::Async => "percolate-async",
             Kind::Pessimistic => "percolate-pessimistic",
@@ -92,6 +96,9 @@ impl Kind {
             Kind::OnePc => "snapshot isolation: Percolator/TiKV MVCC on RocksDB, 1 region, \
                             prewrite and commit in one atomic write (1PC), commit_ts from \
                             max_ts; conflicts retried by Client::with_retry"
+                .into(),
+            Kind::OnePcNoMetrics => "as percolate-1pc, with Client::metrics and RocksDB's \
+                                     statistics switched off"
                 .into(),
             Kind::TwoPc => format!(
                 "snapshot isolation across {regions} regions: Percolator 2PC (prewrite \
@@ -139,14 +146,18 @@ impl Kind {
             (Kind::Fjall, ReadMode::Txn) => {
                 "write_tx(), get, commit (a read-only optimistic transaction; Conflict retried)"
             }
-            (Kind::OnePc | Kind::TwoPc | Kind::Async | Kind::Pessimistic, ReadMode::Latest) => {
-                "Client::get_latest (the point read without a timestamp: no oracle call)"
-            }
-            (Kind::OnePc | Kind::TwoPc | Kind::Async | Kind::Pessimistic, ReadMode::Snapshot) => {
+            (
+                Kind::OnePc | Kind::OnePcNoMetrics | Kind::TwoPc | Kind::Async | Kind::Pessimistic,
+                ReadMode::Latest,
+            ) => "Client::get_latest (the point read without a timestamp: no oracle call)",
+            (
+                Kind::OnePc | Kind::OnePcNoMetrics | Kind::TwoPc | Kind::Async | Kind::Pessimistic,
+                ReadMode::Snapshot,
+            ) => {
                 "Client::view(|txn| txn.get) (a read-only transaction: start_ts from the \
                  oracle, get at it, nothing committed)"
             }
-            (Kind::OnePc | Kind::TwoPc | Kind::Async, ReadMode::Txn) => {
+            (Kind::OnePc | Kind::OnePcNoMetrics | Kind::TwoPc | Kind::Async, ReadMode::Txn) => {
                 "Client::with_retry_info(|txn| txn.get) (begin, get, commit)"
             }
             (Kind::Pessimistic, ReadMode::Txn) => {
@@ -169,7 +180,7 @@ impl Kind {
                  then polls until no flush is queued and no compaction ran for 100 ms \
                  (fjall 3 has no wait for compactions)"
             }
-            Kind::OnePc | Kind::TwoPc | Kind::Async | Kind::Pessimistic => {
+            Kind::OnePc | Kind::OnePcNoMetrics | Kind::TwoPc | Kind::Async | Kind::Pessimistic => {
                 "RocksEngine::flush (every CF), then wait_for_compact on its raw_db"
             }
         }
@@ -204,6 +215,44 @@ pub trait System: Send + Sync {
     fn protocols(&self) -> Option<[u32; 3]> {
         None
     }
+
+    /// Percolate's own counters so far, where it records them (see
+    /// [`Counters`]).
+    fn counters(&self) -> Option<Counters> {
+        None
+    }
+}
+
+/// Percolate's counters ([`Client::metrics`]) the runner prints after a
+/// measurement, as differences over it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    /// Commands run by the regions.
+    pub commands: u64,
+    /// Commits failed by a conflict.
+    pub conflicts: u64,
+    /// Retries of `with_retry`.
+    pub retries: u64,
+    /// Locks resolved.
+    pub resolved: u64,
+    /// Write commands that waited for latches.
+    pub latch_waits: u64,
+    /// Calls to the oracle.
+    pub oracle_calls: u64,
+}
+
+impl Counters {
+    /// What `self` counted since `before`.
+    pub fn since(self, before: Counters) -> Counters {
+        Counters {
+            commands: self.commands - before.commands,
+            conflicts: self.conflicts - before.conflicts,
+            retries: self.retries - before.retries,
+            resolved: self.resolved - before.resolved,
+            latch_waits: self.latch_waits - before.latch_waits,
+            oracle_calls: self.oracle_calls - before.oracle_calls,
+        }
+    }
 }
 
 /// Opens `kind` in `dir`.
@@ -212,7 +261,7 @@ pub fn open(kind: Kind, dir: &Path, setup: Setup) -> Result<Box<dyn System>, Box
         Kind::Raw => Box::new(Raw::open(dir, setup)?),
         Kind::Txndb => Box::new(TxnDb::open(dir, setup)?),
         Kind::Fjall => Box::new(Fjall::open(dir, setup)?),
-        Kind::OnePc | Kind::TwoPc | Kind::Async | Kind::Pessimistic => {
+        Kind::OnePc | Kind::OnePcNoMetrics | Kind::TwoPc | Kind::Async | Kind::Pessimistic => {
             Box::new(Percolate::open(kind, dir, setup)?)
         }
     })
@@ -614,7 +663,8 @@ struct Percolate {
 
 impl Percolate {
     fn open(kind: Kind, dir: &Path, setup: Setup) -> Result<Self, BoxError> {
-        let regions = if matches!(kind, Kind::OnePc | Kind::Pessimistic) {
+        let one_pc = matches!(kind, Kind::OnePc | Kind::OnePcNoMetrics | Kind::Pessimistic);
+        let regions = if one_pc {
             1
         } else {
             setup.regions.max(1) as u64
@@ -623,7 +673,7 @@ impl Percolate {
             .map(|i| record_key(i * setup.records / regions))
             .collect();
         let client = ClientConfig {
-            one_pc: matches!(kind, Kind::OnePc | Kind::Pessimistic),
+            one_pc,
             async_commit: kind != Kind::TwoPc,
             ..ClientConfig::default()
         };
@@ -639,12 +689,17 @@ impl Percolate {
             },
             ..StorageConfig::default()
         };
-        let options = OpenOptions {
+        let mut options = OpenOptions {
             split_keys,
             client,
             storage,
             ..OpenOptions::default()
         };
+        if kind == Kind::OnePcNoMetrics {
+            options.storage.metrics =
+                std::sync::Arc::new(percolate::txn::metrics::Metrics::disabled());
+            options.engine.statistics = false;
+        }
         Ok(Percolate {
             client: Client::open_with(dir, options)?,
             pessimistic: kind == Kind::Pessimistic,
@@ -806,6 +861,21 @@ impl System for Percolate {
 
     fn protocols(&self) -> Option<[u32; 3]> {
         Some(self.protocols.each_ref().map(|c| c.load(Ordering::Relaxed)))
+    }
+
+    fn counters(&self) -> Option<Counters> {
+        let m = self.client.metrics();
+        if m.commands.is_empty() {
+            return None;
+        }
+        Some(Counters {
+            commands: m.commands.iter().map(|c| c.ok + c.failed).sum(),
+            conflicts: m.conflicts,
+            retries: m.retries,
+            resolved: m.resolved.iter().map(|(_, n)| n).sum(),
+            latch_waits: m.latch_waits,
+            oracle_calls: m.oracle_calls,
+        })
     }
 
     fn settle(&self) -> Result<(), BoxError> {
