@@ -395,3 +395,35 @@ fn an_export_into_a_non_empty_directory_is_refused() {
     Client::import(target.path(), empty.path()).unwrap();
     assert!(Client::open(target.path()).unwrap().current_ts().unwrap() > ts);
 }
+
+#[test]
+fn an_export_below_the_gc_safe_point_is_refused() {
+    use percolate::txn::client::{AutoGcConfig, ClientConfig, OpenOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let options = OpenOptions {
+        client: ClientConfig {
+            gc: AutoGcConfig {
+                enabled: false,
+                life_time: std::time::Duration::ZERO,
+                ..AutoGcConfig::default()
+            },
+            ..ClientConfig::default()
+        },
+        ..OpenOptions::default()
+    };
+    let client = Client::open_with(dir.path(), options).unwrap();
+    let tss = write_history(&client, 10, 0..2);
+    let old = tss[0];
+    // A round moves the safe point to about now: above `old`.
+    let round = client.gc_once().unwrap();
+    assert!(round.safe_point > old, "{round:?}");
+    let out = dir.path().join("export");
+    match client.export_range(b"", None, old, &out) {
+        Err(Error::InvalidRequest { reason, .. }) => assert!(reason.contains("safe point")),
+        other => panic!("{other:?}"),
+    }
+    assert!(!out.exists(), "nothing was written");
+    // At or above the safe point it exports.
+    let now = client.current_ts().unwrap();
+    client.export_range(b"", None, now, &out).unwrap();
+}

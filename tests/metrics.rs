@@ -253,3 +253,33 @@ fn switched_off_metrics_and_statistics_count_nothing() {
     // The sizes are RocksDB's properties, kept either way.
     assert!(stats.live_sst_bytes > 0);
 }
+
+#[test]
+fn a_transaction_given_up_is_counted_as_rolled_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = open(dir.path(), Metrics::new(), false);
+    // A pessimistic transaction dropped with its locks.
+    let mut txn = client.begin_pessimistic().unwrap();
+    txn.put(b"a".to_vec(), b"1".to_vec()).unwrap();
+    drop(txn);
+    assert_eq!(client.metrics().rolled_back, 1);
+    // One with no lock taken rolls nothing back.
+    drop(client.begin_pessimistic().unwrap());
+    assert_eq!(client.metrics().rolled_back, 1);
+    // An optimistic one whose prewrite met a conflict on one region after
+    // the other's prewrite landed: its locks are removed.
+    let mut loser = client.begin().unwrap();
+    loser.put(b"b".to_vec(), b"x".to_vec());
+    loser.put(b"z".to_vec(), b"x".to_vec());
+    client
+        .with_retry(|txn| {
+            txn.put(b"z".to_vec(), b"winner".to_vec());
+            Ok(())
+        })
+        .unwrap();
+    assert!(loser.commit().is_err());
+    let m = client.metrics();
+    assert_eq!(m.conflicts, 1);
+    assert_eq!(m.rolled_back, 2);
+    assert_eq!(client.get_latest(b"b").unwrap(), None);
+}

@@ -299,10 +299,15 @@ struct ProtocolStats {
     latency: Histogram,
 }
 
-/// Counters and histograms shared by a client and its regions.
-#[derive(Debug)]
-pub struct Metrics {
-    enabled: bool,
+/// Stripes of the counters a hot path adds to: each thread adds to one
+/// (its own, up to this many threads), so threads on different cores do
+/// not fight over the counters' cache lines; a snapshot sums them.
+const STRIPES: usize = 8;
+
+/// One stripe of the hot counters, on cache lines of its own.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Stripe {
     commands: [CommandStats; CommandKind::ALL.len()],
     protocols: [ProtocolStats; ProtocolKind::ALL.len()],
     resolved: [AtomicU64; ResolveOutcome::ALL.len()],
@@ -310,6 +315,22 @@ pub struct Metrics {
     retries: AtomicU64,
     rolled_back: AtomicU64,
     oracle_calls: AtomicU64,
+}
+
+/// The stripe of the calling thread.
+fn stripe_index() -> usize {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        static STRIPE: usize = (NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES as u64) as usize;
+    }
+    STRIPE.with(|s| *s)
+}
+
+/// Counters and histograms shared by a client and its regions.
+#[derive(Debug)]
+pub struct Metrics {
+    enabled: bool,
+    stripes: Box<[Stripe]>,
     gc_runs: AtomicU64,
     gc_safe_point: AtomicU64,
     gc_versions_deleted: AtomicU64,
@@ -336,13 +357,7 @@ impl Metrics {
     pub fn new() -> Self {
         Metrics {
             enabled: true,
-            commands: Default::default(),
-            protocols: Default::default(),
-            resolved: Default::default(),
-            conflicts: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
-            rolled_back: AtomicU64::new(0),
-            oracle_calls: AtomicU64::new(0),
+            stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
             gc_runs: AtomicU64::new(0),
             gc_safe_point: AtomicU64::new(0),
             gc_versions_deleted: AtomicU64::new(0),
@@ -373,7 +388,7 @@ impl Metrics {
     /// answered `ok` or not.
     pub(crate) fn command(&self, kind: CommandKind, start: Option<std::time::Instant>, ok: bool) {
         let Some(start) = start else { return };
-        let stats = &self.commands[kind.index()];
+        let stats = &self.stripe().commands[kind.index()];
         if ok { &stats.ok } else { &stats.failed }.fetch_add(1, Ordering::Relaxed);
         stats.latency.record(start.elapsed());
     }
@@ -386,7 +401,7 @@ impl Metrics {
         start: Option<std::time::Instant>,
     ) {
         let Some(start) = start else { return };
-        let stats = &self.protocols[protocol as usize];
+        let stats = &self.stripe().protocols[protocol as usize];
         if pessimistic {
             &stats.pessimistic
         } else {
@@ -396,38 +411,45 @@ impl Metrics {
         stats.latency.record(start.elapsed());
     }
 
-    fn add(&self, counter: &AtomicU64, n: u64) {
+    /// The calling thread's stripe.
+    fn stripe(&self) -> &Stripe {
+        &self.stripes[stripe_index()]
+    }
+
+    /// Adds one to the counter `pick` chooses in the calling thread's
+    /// stripe.
+    fn add(&self, pick: impl FnOnce(&Stripe) -> &AtomicU64) {
         if self.enabled {
-            counter.fetch_add(n, Ordering::Relaxed);
+            pick(self.stripe()).fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// A commit failed with a conflict (a write conflict, a lock it could
     /// not get past, a lost pessimistic lock).
     pub(crate) fn conflict(&self) {
-        self.add(&self.conflicts, 1);
+        self.add(|s| &s.conflicts);
     }
 
     /// A transaction failed and was rolled back (by the client: a failed
     /// commit or a dropped transaction).
     pub(crate) fn rolled_back(&self) {
-        self.add(&self.rolled_back, 1);
+        self.add(|s| &s.rolled_back);
     }
 
     /// [`Client::with_retry`](crate::client::Client::with_retry) ran its
     /// work again.
     pub(crate) fn retry(&self) {
-        self.add(&self.retries, 1);
+        self.add(|s| &s.retries);
     }
 
     /// A lock met was resolved with `outcome`.
     pub(crate) fn resolved(&self, outcome: ResolveOutcome) {
-        self.add(&self.resolved[outcome as usize], 1);
+        self.add(|s| &s.resolved[outcome as usize]);
     }
 
     /// Timestamps were asked of the oracle (one call, whatever the count).
     pub(crate) fn oracle_call(&self) {
-        self.add(&self.oracle_calls, 1);
+        self.add(|s| &s.oracle_calls);
     }
 
     /// A GC round up to `safe_point` deleted `versions` records.
@@ -444,37 +466,58 @@ impl Metrics {
     /// elsewhere (the regions' schedulers, the engine) and are given.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let sum = |pick: &dyn Fn(&Stripe) -> &AtomicU64| -> u64 {
+            self.stripes.iter().map(|s| load(pick(s))).sum()
+        };
+        let histogram = |pick: &dyn Fn(&Stripe) -> &Histogram| {
+            let mut total = HistogramSnapshot {
+                counts: vec![0; BUCKETS + 1],
+                ..HistogramSnapshot::default()
+            };
+            for stripe in self.stripes.iter() {
+                let h = pick(stripe).snapshot();
+                total.count += h.count;
+                total.sum_us += h.sum_us;
+                for (t, n) in total.counts.iter_mut().zip(h.counts) {
+                    *t += n;
+                }
+            }
+            total
+        };
         MetricsSnapshot {
             commands: CommandKind::ALL
                 .iter()
-                .zip(&self.commands)
-                .map(|(&kind, s)| CommandMetrics {
-                    kind,
-                    ok: load(&s.ok),
-                    failed: load(&s.failed),
-                    latency: s.latency.snapshot(),
+                .map(|&kind| {
+                    let i = kind.index();
+                    CommandMetrics {
+                        kind,
+                        ok: sum(&|s| &s.commands[i].ok),
+                        failed: sum(&|s| &s.commands[i].failed),
+                        latency: histogram(&|s| &s.commands[i].latency),
+                    }
                 })
                 .filter(|c| c.ok + c.failed > 0)
                 .collect(),
             commits: ProtocolKind::ALL
                 .iter()
-                .zip(&self.protocols)
-                .map(|(&protocol, s)| CommitMetrics {
-                    protocol,
-                    optimistic: load(&s.optimistic),
-                    pessimistic: load(&s.pessimistic),
-                    latency: s.latency.snapshot(),
+                .map(|&protocol| {
+                    let i = protocol as usize;
+                    CommitMetrics {
+                        protocol,
+                        optimistic: sum(&|s| &s.protocols[i].optimistic),
+                        pessimistic: sum(&|s| &s.protocols[i].pessimistic),
+                        latency: histogram(&|s| &s.protocols[i].latency),
+                    }
                 })
                 .collect(),
             resolved: ResolveOutcome::ALL
                 .iter()
-                .zip(&self.resolved)
-                .map(|(&outcome, c)| (outcome, load(c)))
+                .map(|&outcome| (outcome, sum(&|s| &s.resolved[outcome as usize])))
                 .collect(),
-            conflicts: load(&self.conflicts),
-            retries: load(&self.retries),
-            rolled_back: load(&self.rolled_back),
-            oracle_calls: load(&self.oracle_calls),
+            conflicts: sum(&|s| &s.conflicts),
+            retries: sum(&|s| &s.retries),
+            rolled_back: sum(&|s| &s.rolled_back),
+            oracle_calls: sum(&|s| &s.oracle_calls),
             latch_waits: 0,
             gc_runs: load(&self.gc_runs),
             gc_safe_point: load(&self.gc_safe_point),

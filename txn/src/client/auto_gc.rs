@@ -33,7 +33,6 @@
 //! A [`Snapshot`](super::Snapshot) at a chosen timestamp is registered when
 //! taken: one older than the life time may find versions gone.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -54,7 +53,12 @@ use crate::oracle::TimestampOracle;
 pub struct AutoGcConfig {
     /// Whether a background thread of the client runs a round every
     /// `interval`. Switched off, the safe point moves only when
-    /// [`Client::gc_once`] is called. Defaults to true.
+    /// [`Client::gc_once`] is called. Defaults to true. Only a client
+    /// from [`Client::open`] or [`Client::open_with`], which owns its
+    /// directory, starts the thread: one from [`Client::new`] may share
+    /// its engine with other clients, whose transactions and snapshots
+    /// its safe point would not wait for, so it collects only when
+    /// `gc_once` is called.
     pub enabled: bool,
     /// How long a version stays readable after a newer one hides it: the
     /// safe point is this far behind the clock (TiDB's
@@ -330,7 +334,11 @@ fn run<E: Engine>(client: &Weak<Inner<E>>, stop: &Stop, interval: Duration) {
 /// how many hold each, sharded by thread so that threads beginning
 /// transactions at once rarely share a lock.
 pub(crate) struct LiveTimestamps {
-    shards: Box<[Mutex<BTreeMap<TimeStamp, usize>>]>,
+    /// Per shard, the registered timestamps (a multiset, unordered: a
+    /// shard holds the few transactions of the threads that share it, and
+    /// a vector that keeps its capacity allocates nothing per
+    /// registration).
+    shards: Box<[Mutex<Vec<TimeStamp>>]>,
 }
 
 impl LiveTimestamps {
@@ -352,7 +360,7 @@ impl LiveTimestamps {
         let shard = thread_slot() % self.shards.len();
         let mut map = self.shards[shard].lock();
         let ts = oracle.get_ts()?;
-        *map.entry(ts).or_default() += 1;
+        map.push(ts);
         drop(map);
         Ok((ts, self.guard(shard, ts)))
     }
@@ -360,7 +368,7 @@ impl LiveTimestamps {
     /// Registers `ts` until the returned guard is dropped.
     pub(crate) fn register(self: &Arc<Self>, ts: TimeStamp) -> LiveTs {
         let shard = thread_slot() % self.shards.len();
-        *self.shards[shard].lock().entry(ts).or_default() += 1;
+        self.shards[shard].lock().push(ts);
         self.guard(shard, ts)
     }
 
@@ -376,7 +384,7 @@ impl LiveTimestamps {
     fn oldest(&self) -> Option<TimeStamp> {
         self.shards
             .iter()
-            .filter_map(|shard| shard.lock().keys().next().copied())
+            .filter_map(|shard| shard.lock().iter().min().copied())
             .min()
     }
 }
@@ -397,12 +405,9 @@ impl Clone for LiveTs {
 
 impl Drop for LiveTs {
     fn drop(&mut self) {
-        let mut map = self.registry.shards[self.shard].lock();
-        if let Some(count) = map.get_mut(&self.ts) {
-            *count -= 1;
-            if *count == 0 {
-                map.remove(&self.ts);
-            }
+        let mut live = self.registry.shards[self.shard].lock();
+        if let Some(at) = live.iter().position(|ts| *ts == self.ts) {
+            live.swap_remove(at);
         }
     }
 }

@@ -54,7 +54,7 @@ use percolate_engine::{
 use percolate_mvcc::{Key, TimeStamp, WriteRef, WriteType};
 
 use super::backup::{prepare_empty_dir, sync_dir};
-use super::{Client, lock_directory};
+use super::{Client, Snapshot, lock_directory};
 use crate::{Error, Result};
 
 /// The manifest's file name in an export directory.
@@ -154,9 +154,20 @@ impl Client<RocksEngine> {
                 key: None,
             });
         }
+        // Registered as a live snapshot for the whole export, so that no
+        // GC round passes `ts` meanwhile; one already past it may have
+        // dropped versions the export should hold.
+        let reader = self.snapshot(ts);
+        let engine = self.cluster().regions()[0].storage().engine();
+        if ts.into_inner() < engine.gc_safe_point() {
+            return Err(Error::InvalidRequest {
+                reason: "an export's ts must not be below the GC safe point",
+                key: None,
+            });
+        }
         prepare_empty_dir(out)?;
-        self.resolve_range(start, end, ts)?;
-        let snap = self.cluster().regions()[0].storage().engine().snapshot();
+        resolve_range(&reader, start, end)?;
+        let snap = engine.snapshot();
         let bounds = encoded_bounds(start, end);
         let prefix = ts.into_inner();
         let write_name = format!("{prefix}_write.sst");
@@ -195,22 +206,6 @@ impl Client<RocksEngine> {
         };
         manifest.write(out)?;
         Ok(manifest)
-    }
-
-    /// Resolves every lock in `[start, end)` at or below `ts`: a key-only
-    /// read of the range at `ts` meets each of them and resolves it (and
-    /// raises the regions' `max_ts` to `ts`, so nothing commits at or
-    /// below it afterwards).
-    fn resolve_range(&self, start: &[u8], end: Option<&[u8]>, ts: TimeStamp) -> Result<()> {
-        let snapshot = self.snapshot(ts);
-        let bounds = (
-            Bound::Included(start),
-            end.map_or(Bound::Unbounded, Bound::Excluded),
-        );
-        for key in snapshot.keys::<&[u8]>(bounds) {
-            key?;
-        }
-        Ok(())
     }
 
     /// Imports an export directory `from` ([`Client::export_range`]'s, or
@@ -718,6 +713,21 @@ mod crc64 {
             assert_eq!(!super::update(!0, b"123456789"), 0x995D_C9BB_DF19_39FA);
         }
     }
+}
+
+/// Resolves every lock in `[start, end)` at or below the read ts of
+/// `reader`: a key-only read of the range meets each of them and resolves
+/// it (and raises the regions' `max_ts` to the ts, so nothing commits at
+/// or below it afterwards).
+fn resolve_range<E: Engine>(reader: &Snapshot<E>, start: &[u8], end: Option<&[u8]>) -> Result<()> {
+    let bounds = (
+        Bound::Included(start),
+        end.map_or(Bound::Unbounded, Bound::Excluded),
+    );
+    for key in reader.keys::<&[u8]>(bounds) {
+        key?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

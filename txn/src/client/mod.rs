@@ -464,8 +464,14 @@ impl<E: Engine> Client<E> {
         config: ClientConfig,
         dir_lock: Option<std::fs::File>,
     ) -> Self {
+        // Only a client that owns its directory collects by itself: one
+        // built from parts may share its engine with other clients, whose
+        // transactions and snapshots its safe point would not wait for.
+        let owns_its_data = dir_lock.is_some();
         let inner = Inner::new(cluster, oracle, config, dir_lock, None);
-        auto_gc::AutoGc::start(&inner);
+        if owns_its_data {
+            auto_gc::AutoGc::start(&inner);
+        }
         Client { inner }
     }
 

@@ -366,6 +366,9 @@ impl<E: Engine> PessimisticTransaction<E> {
     fn release_locks(&mut self) {
         let client = self.txn.client().clone();
         client.heartbeats.stop(self.start_ts());
+        if !self.locked.is_empty() {
+            client.metrics.rolled_back();
+        }
         let mut by_region: Vec<(usize, Vec<Key>)> = Vec::new();
         for k in std::mem::take(&mut self.locked) {
             let region = client.cluster.region_index(&k);
