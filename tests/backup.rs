@@ -1,14 +1,14 @@
 //! Online backup and restore (`Client::backup`, then `Client::open` of the
 //! backup directory), on RocksDB.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use percolate::engine::{Cf, Engine, EngineIterator, IterOptions, Snapshot};
 use percolate::mvcc::{Key, TimeStamp};
-use percolate::txn::actions::prewrite::Mutation;
-use percolate::txn::commands::Prewrite;
 use percolate::{Client, ClientConfig, Error, OpenOptions};
 
 const ACCOUNTS: usize = 40;
@@ -282,33 +282,7 @@ fn locks_in_a_backup_are_resolved_by_the_restored_readers() {
     let backup = tempfile::tempdir().unwrap();
     let backup = backup.path().join("b");
     let client = Client::open(data.path()).unwrap();
-    let storage = client.cluster().regions()[0].storage();
-    // A 2PC transaction that died after its commit point: primary
-    // committed, secondary still locked.
-    let start_ts = client.current_ts().unwrap();
-    let (p, s) = (Key::from_raw(b"p"), Key::from_raw(b"s"));
-    storage
-        .prewrite(Prewrite::new(
-            vec![
-                Mutation::put(p.clone(), b"pv".to_vec()),
-                Mutation::put(s.clone(), b"sv".to_vec()),
-            ],
-            b"p",
-            start_ts,
-        ))
-        .unwrap();
-    let commit_ts = client.current_ts().unwrap();
-    storage.commit(vec![p], start_ts, commit_ts).unwrap();
-    // One that died before it: a lock with a short TTL, primary never
-    // committed.
-    let orphan_ts = client.current_ts().unwrap();
-    let mut orphan = Prewrite::new(
-        vec![Mutation::put(Key::from_raw(b"o"), b"ov".to_vec())],
-        b"o",
-        orphan_ts,
-    );
-    orphan.props.lock_ttl = 50;
-    storage.prewrite(orphan).unwrap();
+    let orphan_ts = common::leave_dead_transactions(&client, 50);
     client.backup(&backup).unwrap();
     drop(client);
 

@@ -3,13 +3,12 @@
 //! where it happens; RocksDB's own statistics come with them; metrics
 //! switched off count nothing.
 
+mod common;
+
 use std::sync::Arc;
 
 use percolate::engine::RocksOptions;
-use percolate::mvcc::Key;
-use percolate::txn::actions::prewrite::Mutation;
 use percolate::txn::client::{Client, ClientConfig, CommitProtocol, OpenOptions};
-use percolate::txn::commands::Prewrite;
 use percolate::txn::metrics::{CommandKind, Metrics, ProtocolKind, ResolveOutcome};
 use percolate::txn::storage::StorageConfig;
 
@@ -145,32 +144,7 @@ fn a_conflict_and_its_retry_are_counted() {
 fn a_lock_resolved_by_a_reader_is_counted_by_outcome() {
     let dir = tempfile::tempdir().unwrap();
     let client = open(dir.path(), Metrics::new(), true);
-    let storage = client.cluster().region_for(b"p").storage();
-    // A 2PC transaction that died after its commit point: primary
-    // committed, secondary still locked.
-    let start_ts = client.current_ts().unwrap();
-    let (p, s) = (Key::from_raw(b"p"), Key::from_raw(b"s"));
-    storage
-        .prewrite(Prewrite::new(
-            vec![
-                Mutation::put(p.clone(), b"pv".to_vec()),
-                Mutation::put(s.clone(), b"sv".to_vec()),
-            ],
-            b"p",
-            start_ts,
-        ))
-        .unwrap();
-    let commit_ts = client.current_ts().unwrap();
-    storage.commit(vec![p], start_ts, commit_ts).unwrap();
-    // One whose owner died before it, with an expired TTL.
-    let orphan_ts = client.current_ts().unwrap();
-    let mut orphan = Prewrite::new(
-        vec![Mutation::put(Key::from_raw(b"o"), b"ov".to_vec())],
-        b"o",
-        orphan_ts,
-    );
-    orphan.props.lock_ttl = 1;
-    storage.prewrite(orphan).unwrap();
+    common::leave_dead_transactions(&client, 1);
     std::thread::sleep(std::time::Duration::from_millis(20));
 
     assert_eq!(client.get_latest(b"s").unwrap(), Some(b"sv".to_vec()));

@@ -54,7 +54,7 @@ use percolate_engine::{
 use percolate_mvcc::{Key, TimeStamp, WriteRef, WriteType};
 
 use super::backup::{prepare_empty_dir, sync_dir};
-use super::{Client, Snapshot, lock_directory};
+use super::{Client, Snapshot, create_data_dir, lock_directory};
 use crate::{Error, Result};
 
 /// The manifest's file name in an export directory.
@@ -227,13 +227,7 @@ impl Client<RocksEngine> {
         for file in &manifest.files {
             file.check_bytes(&from.join(&file.name))?;
         }
-        std::fs::create_dir_all(dir).map_err(|source| {
-            Error::from(percolate_engine::Error::Io {
-                op: "create directory",
-                path: dir.to_path_buf(),
-                source,
-            })
-        })?;
+        create_data_dir(dir)?;
         let _lock = lock_directory(dir)?;
         let engine = RocksEngine::open_with(dir.join("db"), &RocksOptions::default())?;
         manifest.check_target_empty(&engine)?;

@@ -255,13 +255,7 @@ impl Client<RocksEngine> {
     /// RocksDB's own LOCK file was deleted.
     pub fn open_with(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(|source| {
-            Error::from(percolate_engine::Error::Io {
-                op: "create directory",
-                path: dir.to_path_buf(),
-                source,
-            })
-        })?;
+        create_data_dir(dir)?;
         // Percolate's own lock first, then RocksDB's: a second process on
         // the directory would race this one on the oracle's state file,
         // and RocksDB's LOCK file alone can be deleted under a running
@@ -869,6 +863,17 @@ impl<E: Engine> Inner<E> {
             read_only,
         })
     }
+}
+
+/// Creates the data directory `dir` if missing.
+pub(crate) fn create_data_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|source| {
+        Error::from(percolate_engine::Error::Io {
+            op: "create directory",
+            path: dir.to_path_buf(),
+            source,
+        })
+    })
 }
 
 /// The client's oracle, counting its calls in the metrics.
