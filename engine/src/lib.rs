@@ -45,8 +45,8 @@ pub use batch::{Modify, WriteBatch};
 pub use error::{Error, Result};
 pub use memory::{MemoryEngine, MemoryIterator, MemorySnapshot};
 pub use rocks::{
-    COMPRESSION_PER_LEVEL, DATA_PREFIX, RocksEngine, RocksIterator, RocksOptions, RocksSnapshot,
-    SalvageReport, WalRecovery,
+    COMPRESSION_PER_LEVEL, Compression, DATA_PREFIX, RocksEngine, RocksIterator, RocksOptions,
+    RocksSnapshot, SalvageReport, WalRecovery,
 };
 pub use rocks::{SstEvent, SstFileInfo, SstSink};
 pub use stats::EngineStats;
@@ -519,6 +519,48 @@ mod tests {
     #[test]
     fn rocks_engine_conforms() {
         run_conformance_suite(temp_rocks_engine);
+    }
+
+    #[test]
+    fn each_compression_reads_back_what_it_wrote_and_zstd_stores_less() {
+        let mut sizes = Vec::new();
+        for compression in [
+            Compression::None,
+            Compression::Lz4,
+            Compression::Zstd,
+            Compression::PerLevel,
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let options = RocksOptions {
+                compression,
+                ..RocksOptions::default()
+            };
+            let engine = RocksEngine::open_with(dir.path(), &options).unwrap();
+            let mut batch = WriteBatch::default();
+            for i in 0..2000u32 {
+                let key = format!("zk{i:06}").into_bytes();
+                batch.put(
+                    Cf::Default,
+                    key,
+                    format!("value {i} ").repeat(20).into_bytes(),
+                );
+            }
+            engine.write(&batch, WriteOptions::default()).unwrap();
+            engine.flush().unwrap();
+            let snap = engine.snapshot();
+            assert_eq!(
+                snap.get(Cf::Default, b"zk001234").unwrap(),
+                Some("value 1234 ".repeat(20).into_bytes())
+            );
+            sizes.push(engine.stats().unwrap().live_sst_bytes);
+        }
+        // Flushed files land on L0, which the per-level scheme leaves
+        // uncompressed.
+        let [none, lz4, zstd, per_level] = sizes[..] else {
+            unreachable!()
+        };
+        assert!(zstd < lz4 && lz4 < none, "{sizes:?}");
+        assert!(per_level > lz4, "{sizes:?}");
     }
 
     #[test]

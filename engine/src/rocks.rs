@@ -118,12 +118,42 @@ pub struct RocksOptions {
     /// What an open does with a write-ahead log damaged before its end.
     /// Defaults to [`WalRecovery::Refuse`].
     pub wal_recovery: WalRecovery,
+    /// How the table files are compressed. Defaults to
+    /// [`Compression::PerLevel`].
+    pub compression: Compression,
     /// Keep RocksDB's tickers (block cache hits and misses, write stall
     /// time, compaction and flush bytes) for [`Engine::stats`]; counters
     /// only, no timers or histograms. Defaults to false: they cost about
     /// 4% of YCSB-A's throughput (percolate-bench, 4 threads, 2 cores);
     /// the sizes in [`Engine::stats`] come either way.
     pub statistics: bool,
+}
+
+/// How a [`RocksEngine`]'s table files are compressed (the codecs this
+/// build of RocksDB has: lz4 and zstd).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compression {
+    /// None on the two upper levels (hot, rewritten soon), lz4 on the
+    /// next three, zstd below: [`COMPRESSION_PER_LEVEL`], TiKV's choice.
+    #[default]
+    PerLevel,
+    /// No compression on any level: the least CPU, the most disk.
+    None,
+    /// lz4 on every level: fast, a moderate ratio.
+    Lz4,
+    /// zstd on every level: the best ratio, the most CPU.
+    Zstd,
+}
+
+impl Compression {
+    fn per_level(self) -> [DBCompressionType; 7] {
+        match self {
+            Compression::PerLevel => COMPRESSION_PER_LEVEL,
+            Compression::None => [DBCompressionType::None; 7],
+            Compression::Lz4 => [DBCompressionType::Lz4; 7],
+            Compression::Zstd => [DBCompressionType::Zstd; 7],
+        }
+    }
 }
 
 /// What opening a database does when its write-ahead log is damaged before
@@ -169,6 +199,7 @@ impl Default for RocksOptions {
             write_buffer_bytes: 64 << 20,
             wal_recovery: WalRecovery::Refuse,
             statistics: false,
+            compression: Compression::PerLevel,
         }
     }
 }
@@ -552,7 +583,7 @@ fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Result<Options> 
         Options::default().get_options_from_string(INSERT_HINT_OPTION)?
     };
     opts.set_write_buffer_size(options.write_buffer_bytes);
-    opts.set_compression_per_level(&COMPRESSION_PER_LEVEL);
+    opts.set_compression_per_level(&options.compression.per_level());
     if cf.has_ts_suffix_prefix() {
         // Filters are built on `z + encoded user key`; the whole key with its
         // ts is never probed on its own.
