@@ -92,6 +92,24 @@ pub struct CommitInfo {
 /// after its start_ts: `WriteConflict`). `commit` and
 /// [`rollback`](Self::rollback) consume the transaction; dropping it
 /// uncommitted discards its writes (nothing was sent).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// let client = percolate_txn::client::Client::open(dir.path())?;
+/// let mut txn = client.begin()?;
+/// txn.put(b"alice", b"10");
+/// txn.put(b"bob", b"5");
+/// // Its own writes, merged into its snapshot.
+/// assert_eq!(txn.get(b"alice")?, Some(b"10".to_vec()));
+/// let keys: Vec<_> = txn.keys(&b"a"[..]..&b"c"[..]).collect::<Result<_, _>>()?;
+/// assert_eq!(keys, vec![b"alice".to_vec(), b"bob".to_vec()]);
+/// let info = txn.commit()?;
+/// // A later transaction starts at or above its commit_ts, and reads it.
+/// let later = client.begin()?;
+/// assert!(later.start_ts() >= info.commit_ts);
+/// assert_eq!(later.get(b"bob")?, Some(b"5".to_vec()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Transaction<E: Engine = RocksEngine> {
     client: Arc<Inner<E>>,
     start_ts: TimeStamp,
