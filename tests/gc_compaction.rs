@@ -360,6 +360,10 @@ fn the_safe_point_survives_a_reopen() {
     };
     let client = open(dir.path(), manual_gc());
     assert_eq!(TimeStamp::new(engine(&client).gc_safe_point()), safe_point);
+    // The reopened client starts from it too: it reports it, and a round
+    // never moves it back.
+    assert_eq!(client.gc_safe_point(), safe_point);
+    assert!(client.gc_once().unwrap().safe_point >= safe_point);
 }
 
 #[test]

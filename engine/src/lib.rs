@@ -338,6 +338,13 @@ pub trait Engine: Clone + Send + Sync + 'static {
     /// all of them are visible or none is.
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()>;
 
+    /// The GC safe point the engine keeps (see
+    /// [`set_gc_safe_point`](Self::set_gc_safe_point)), persisted across
+    /// restarts where it persists data. Defaults to 0: none.
+    fn gc_safe_point(&self) -> u64 {
+        0
+    }
+
     /// Hands the engine a GC safe point (every reader reads at or above
     /// it; its locks below it are resolved), for the engine to drop in its
     /// own compactions the write-CF versions no such read can see, with

@@ -642,6 +642,10 @@ impl Engine for RocksEngine {
         Some(crate::stats::read(&self.inner.db))
     }
 
+    fn gc_safe_point(&self) -> u64 {
+        RocksEngine::gc_safe_point(self)
+    }
+
     type Snap = RocksSnapshot;
 
     fn snapshot(&self) -> RocksSnapshot {

@@ -273,6 +273,12 @@ impl AutoGc {
         }
     }
 
+    /// Starts from `safe_point`, the engine's persisted one, if it is
+    /// ahead.
+    pub(crate) fn resume_from(&self, safe_point: u64) {
+        self.safe_point.fetch_max(safe_point, Ordering::SeqCst);
+    }
+
     /// Starts the background thread of `client` if its configuration asks
     /// for it. It holds the client weakly, and stops when the client is
     /// dropped.

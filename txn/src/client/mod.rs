@@ -567,8 +567,10 @@ impl<E: Engine> Client<E> {
             .get(key, TimeStamp::max(), &ReadOptions::default())
     }
 
-    /// A fresh timestamp from the oracle: above every commit acknowledged
-    /// so far.
+    /// A fresh timestamp from the oracle: at or above the commit_ts of
+    /// every commit acknowledged so far (a 1PC or async commit computes
+    /// its commit_ts from the regions' `max_ts`, which may be the oracle's
+    /// next timestamp), so a read at it sees them all.
     pub fn current_ts(&self) -> Result<TimeStamp> {
         self.inner.oracle.get_ts()
     }
@@ -852,13 +854,19 @@ impl<E: Engine> Inner<E> {
         } else {
             oracle
         };
+        // Where the engine's persisted safe point stands: a reopened
+        // client reports it, and its first round starts from it.
+        let auto_gc = auto_gc::AutoGc::new();
+        if let Some(region) = cluster.regions().first() {
+            auto_gc.resume_from(region.storage().engine().gc_safe_point());
+        }
         Arc::new_cyclic(|weak| Inner {
             cluster,
             oracle,
             metrics,
             heartbeats: HeartBeats::new(weak.clone(), config.lock_ttl_ms),
             config,
-            auto_gc: auto_gc::AutoGc::new(),
+            auto_gc,
             _dir_lock: dir_lock,
             read_only,
         })
