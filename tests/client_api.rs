@@ -3,54 +3,21 @@
 //! transaction's own writes merged in; read-only snapshots at chosen
 //! timestamps; raw key-value access routed across regions.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::Arc;
 
 use percolate::Error;
-use percolate::engine::{Engine, MemoryEngine};
-use percolate::txn::client::{Client, ClientConfig, TxnError};
-use percolate::txn::cluster::Cluster;
-use percolate::txn::oracle::{LocalOracle, TimestampOracle};
-use percolate::txn::storage::StorageConfig;
+use percolate::engine::Engine;
+use percolate::txn::client::{Client, TxnError};
 
 /// A client over regions [.., "g"), ["g", "p"), ["p", ..) on `engine`.
 fn client_on<E: Engine>(engine: E, dir: &std::path::Path) -> Client<E> {
-    let oracle = Arc::new(LocalOracle::open(dir).unwrap());
-    let storage = StorageConfig {
-        initial_max_ts: oracle.get_ts().unwrap(),
-        ..Default::default()
-    };
-    let cluster = Cluster::new(engine, vec![b"g".to_vec(), b"p".to_vec()], storage);
-    Client::new(cluster, oracle, ClientConfig::default())
+    common::client_over(engine, dir, vec![b"g".to_vec(), b"p".to_vec()])
 }
 
-/// Each scenario as a test on the memory engine and one on RocksDB.
-macro_rules! both_engines {
-    ($($name:ident => $scenario:ident;)*) => {
-        mod memory {
-            $(
-                #[test]
-                fn $name() {
-                    let dir = tempfile::tempdir().unwrap();
-                    super::$scenario(&super::client_on(super::MemoryEngine::new(), dir.path()));
-                }
-            )*
-        }
-        mod rocks {
-            $(
-                #[test]
-                fn $name() {
-                    let dir = tempfile::tempdir().unwrap();
-                    let engine = percolate::engine::RocksEngine::open(dir.path().join("db")).unwrap();
-                    super::$scenario(&super::client_on(engine, dir.path()));
-                }
-            )*
-        }
-    };
-}
-
-both_engines! {
+client_scenarios_on_both_engines! {
     scans_match_a_model_with_own_writes_at_every_batch_size => scans_match_a_model;
     a_scan_holds_one_batch_of_a_large_range => a_scan_reads_lazily;
     snapshots_read_at_their_timestamp => snapshots_read_at_their_timestamp;

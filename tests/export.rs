@@ -236,6 +236,13 @@ fn copy_export(from: &Path) -> tempfile::TempDir {
 }
 
 /// The export's write-CF file in `dir`.
+/// A copy of `e`'s export and the path of the write CF's file in it.
+fn copy_with_write_file(e: &Exported) -> (tempfile::TempDir, PathBuf) {
+    let copy = copy_export(e.out.path());
+    let file = write_file(e, copy.path());
+    (copy, file)
+}
+
 fn write_file(e: &Exported, dir: &Path) -> PathBuf {
     let file = e.manifest.files.iter().find(|f| f.cf == Cf::Write).unwrap();
     dir.join(&file.name)
@@ -278,13 +285,11 @@ fn flip(path: &Path) {
 fn a_corrupt_or_truncated_file_is_refused_and_nothing_is_imported() {
     let e = export(1000);
 
-    let flipped = copy_export(e.out.path());
-    let bad = write_file(&e, flipped.path());
+    let (flipped, bad) = copy_with_write_file(&e);
     flip(&bad);
     assert_refused(flipped.path(), &bad);
 
-    let truncated = copy_export(e.out.path());
-    let bad = write_file(&e, truncated.path());
+    let (truncated, bad) = copy_with_write_file(&e);
     let len = std::fs::metadata(&bad).unwrap().len();
     std::fs::OpenOptions::new()
         .write(true)
@@ -295,8 +300,7 @@ fn a_corrupt_or_truncated_file_is_refused_and_nothing_is_imported() {
     assert_refused(truncated.path(), &bad);
 
     // A missing file.
-    let missing = copy_export(e.out.path());
-    let bad = write_file(&e, missing.path());
+    let (missing, bad) = copy_with_write_file(&e);
     std::fs::remove_file(&bad).unwrap();
     assert_refused(missing.path(), &bad);
 
@@ -320,8 +324,7 @@ fn damage_behind_a_matching_manifest_is_still_refused() {
     // The file is damaged and the manifest's size and CRC-32 made to match
     // it (the manifest rewritten with a valid checksum): RocksDB's block
     // checksums or the content checksum still catch it.
-    let dir = copy_export(e.out.path());
-    let bad = write_file(&e, dir.path());
+    let (dir, bad) = copy_with_write_file(&e);
     flip(&bad);
     let bytes = std::fs::read(&bad).unwrap();
     let mut manifest = ExportManifest::read(dir.path()).unwrap();

@@ -40,6 +40,20 @@ fn open(dir: &std::path::Path, gc: AutoGcConfig) -> Client {
     .unwrap()
 }
 
+/// A client with GC rounds only by hand, in a new directory (kept as long
+/// as the returned guard).
+fn manual_client() -> (tempfile::TempDir, Client) {
+    let dir = tempfile::tempdir().unwrap();
+    let client = open(dir.path(), manual_gc());
+    (dir, client)
+}
+
+/// Asserts that `key`'s only record is its Put at `put_ts`, of `value`.
+fn only_the_put_is_left(client: &Client, key: &[u8], put_ts: TimeStamp, value: &[u8]) {
+    assert_eq!(writes(client, key), vec![(put_ts, WriteType::Put)]);
+    assert_eq!(client.get_latest(key).unwrap(), Some(value.to_vec()));
+}
+
 fn engine(client: &Client) -> &RocksEngine {
     client.cluster().regions()[0].storage().engine()
 }
@@ -92,14 +106,15 @@ fn pass(client: &Client, ts: TimeStamp) {
     while client.current_ts().unwrap() <= ts {}
 }
 
+/// Every record of `key`, from its region.
+fn mvcc(client: &Client, key: &[u8]) -> percolate::txn::actions::mvcc_by_key::MvccInfo {
+    let storage = client.cluster().region_for(key).storage();
+    storage.mvcc_by_key(Key::from_raw(key)).unwrap()
+}
+
 /// The write records of `key`, newest first: (commit_ts, type).
 fn writes(client: &Client, key: &[u8]) -> Vec<(TimeStamp, WriteType)> {
-    let info = client
-        .cluster()
-        .region_for(key)
-        .storage()
-        .mvcc_by_key(Key::from_raw(key))
-        .unwrap();
+    let info = mvcc(client, key);
     info.writes
         .into_iter()
         .map(|(ts, w)| (ts, w.write_type))
@@ -109,12 +124,7 @@ fn writes(client: &Client, key: &[u8]) -> Vec<(TimeStamp, WriteType)> {
 /// The start_ts of the Puts of `key` whose value lives in the default CF,
 /// and the start_ts of the values the default CF holds for it.
 fn long_values(client: &Client, key: &[u8]) -> (Vec<TimeStamp>, Vec<TimeStamp>) {
-    let info = client
-        .cluster()
-        .region_for(key)
-        .storage()
-        .mvcc_by_key(Key::from_raw(key))
-        .unwrap();
+    let info = mvcc(client, key);
     let pointed = info
         .writes
         .iter()
@@ -127,8 +137,7 @@ fn long_values(client: &Client, key: &[u8]) -> (Vec<TimeStamp>, Vec<TimeStamp>) 
 
 #[test]
 fn versions_below_the_safe_point_disappear_after_a_compaction() {
-    let dir = tempfile::tempdir().unwrap();
-    let client = open(dir.path(), manual_gc());
+    let (_dir, client) = manual_client();
     let mut last = TimeStamp::zero();
     for i in 0..5 {
         last = put(&client, b"k", format!("v{i}").as_bytes());
@@ -145,14 +154,12 @@ fn versions_below_the_safe_point_disappear_after_a_compaction() {
     assert_eq!(round.point_deleted.deleted_versions, 0);
     assert_eq!(writes(&client, b"k").len(), 5);
     compact(&client);
-    assert_eq!(writes(&client, b"k"), vec![(last, WriteType::Put)]);
-    assert_eq!(client.get_latest(b"k").unwrap(), Some(b"v4".to_vec()));
+    only_the_put_is_left(&client, b"k", last, b"v4");
 }
 
 #[test]
 fn versions_live_readers_can_see_survive() {
-    let dir = tempfile::tempdir().unwrap();
-    let client = open(dir.path(), manual_gc());
+    let (_dir, client) = manual_client();
     put(&client, b"k", b"v0");
     let v1 = put(&client, b"k", b"v1");
     pass(&client, v1);
@@ -191,8 +198,7 @@ fn versions_live_readers_can_see_survive() {
 
 #[test]
 fn rollback_and_lock_records_are_dropped_and_the_latest_put_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let client = open(dir.path(), manual_gc());
+    let (_dir, client) = manual_client();
     let put_ts = put(&client, b"k", b"v");
     pass(&client, put_ts);
     let mut txn = client.begin().unwrap();
@@ -217,14 +223,12 @@ fn rollback_and_lock_records_are_dropped_and_the_latest_put_kept() {
         ]
     );
     collect(&client);
-    assert_eq!(writes(&client, b"k"), vec![(put_ts, WriteType::Put)]);
-    assert_eq!(client.get_latest(b"k").unwrap(), Some(b"v".to_vec()));
+    only_the_put_is_left(&client, b"k", put_ts, b"v");
 }
 
 #[test]
 fn a_delete_at_the_latest_position_goes_with_everything_under_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let client = open(dir.path(), manual_gc());
+    let (_dir, client) = manual_client();
     put(&client, b"gone", &[1; 300]);
     put(&client, b"gone", b"short");
     delete(&client, b"gone");
@@ -265,8 +269,7 @@ fn compact_range(client: &Client, start: &[u8], end: &[u8]) {
 
 #[test]
 fn a_delete_a_partial_compaction_keeps_is_handed_back_and_collected() {
-    let dir = tempfile::tempdir().unwrap();
-    let client = open(dir.path(), manual_gc());
+    let (_dir, client) = manual_client();
     // A file outside the compacted range: no compaction below is full.
     put(&client, b"x", b"elsewhere");
     engine(&client).flush().unwrap();
@@ -299,8 +302,7 @@ fn a_delete_a_partial_compaction_keeps_is_handed_back_and_collected() {
 
 #[test]
 fn long_values_go_with_their_puts_and_never_without() {
-    let dir = tempfile::tempdir().unwrap();
-    let client = open(dir.path(), manual_gc());
+    let (_dir, client) = manual_client();
     let keys: Vec<Vec<u8>> = (0..50).map(|i| format!("key{i:03}").into_bytes()).collect();
     let mut snapshot = None;
     for round in 0..6u8 {
@@ -390,8 +392,7 @@ fn the_background_thread_advances_the_safe_point_and_stops_with_the_client() {
 
 #[test]
 fn switched_off_nothing_advances_by_itself() {
-    let dir = tempfile::tempdir().unwrap();
-    let client = open(dir.path(), manual_gc());
+    let (_dir, client) = manual_client();
     put(&client, b"k", b"v");
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(client.gc_safe_point(), TimeStamp::zero());

@@ -4,59 +4,26 @@
 //! transaction writes several keyspaces atomically, optimistic or
 //! pessimistic; snapshots read them.
 
-use std::sync::Arc;
+mod common;
 
-use percolate::engine::{Engine, MemoryEngine};
-use percolate::txn::client::{Client, ClientConfig, Keyspace};
-use percolate::txn::cluster::Cluster;
-use percolate::txn::oracle::{LocalOracle, TimestampOracle};
-use percolate::txn::storage::StorageConfig;
+use percolate::engine::Engine;
+use percolate::txn::client::{Client, Keyspace};
 
 /// A client over regions split inside the keyspaces' stored keys.
 fn client_on<E: Engine>(engine: E, dir: &std::path::Path) -> Client<E> {
-    let oracle = Arc::new(LocalOracle::open(dir).unwrap());
-    let storage = StorageConfig {
-        initial_max_ts: oracle.get_ts().unwrap(),
-        ..Default::default()
-    };
     let splits = vec![
         Keyspace::new("a").unwrap().key(b"m"),
         Keyspace::new("b").unwrap().key(b""),
     ];
-    let cluster = Cluster::new(engine, splits, storage);
-    Client::new(cluster, oracle, ClientConfig::default())
+    common::client_over(engine, dir, splits)
 }
 
-macro_rules! both_engines {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[test]
-                fn $name() {
-                    let dir = tempfile::tempdir().unwrap();
-                    super::$name(&super::client_on(super::MemoryEngine::new(), dir.path()));
-                }
-            )*
-        }
-        mod rocks {
-            $(
-                #[test]
-                fn $name() {
-                    let dir = tempfile::tempdir().unwrap();
-                    let engine = percolate::engine::RocksEngine::open(dir.path().join("db")).unwrap();
-                    super::$name(&super::client_on(engine, dir.path()));
-                }
-            )*
-        }
-    };
+client_scenarios_on_both_engines! {
+    the_same_key_in_two_keyspaces_is_two_keys => the_same_key_in_two_keyspaces_is_two_keys;
+    a_keyspace_scan_sees_only_its_own_keys => a_keyspace_scan_sees_only_its_own_keys;
+    one_transaction_writes_several_keyspaces_atomically => one_transaction_writes_several_keyspaces_atomically;
+    pessimistic_transactions_and_snapshots_use_keyspaces => pessimistic_transactions_and_snapshots_use_keyspaces;
 }
-
-both_engines!(
-    the_same_key_in_two_keyspaces_is_two_keys,
-    a_keyspace_scan_sees_only_its_own_keys,
-    one_transaction_writes_several_keyspaces_atomically,
-    pessimistic_transactions_and_snapshots_use_keyspaces,
-);
 
 fn pairs(items: &[(&[u8], &[u8])]) -> Vec<(Vec<u8>, Vec<u8>)> {
     items
@@ -65,8 +32,13 @@ fn pairs(items: &[(&[u8], &[u8])]) -> Vec<(Vec<u8>, Vec<u8>)> {
         .collect()
 }
 
+/// Keyspaces "a" and "b".
+fn a_and_b<E: Engine>(client: &Client<E>) -> (Keyspace, Keyspace) {
+    (client.keyspace("a").unwrap(), client.keyspace("b").unwrap())
+}
+
 fn the_same_key_in_two_keyspaces_is_two_keys<E: Engine>(client: &Client<E>) {
-    let (a, b) = (client.keyspace("a").unwrap(), client.keyspace("b").unwrap());
+    let (a, b) = a_and_b(client);
     client
         .with_retry(|txn| {
             a.put(txn, b"k", b"in a")?;
@@ -153,7 +125,7 @@ fn a_keyspace_scan_sees_only_its_own_keys<E: Engine>(client: &Client<E>) {
 }
 
 fn one_transaction_writes_several_keyspaces_atomically<E: Engine>(client: &Client<E>) {
-    let (accounts, log) = (client.keyspace("a").unwrap(), client.keyspace("b").unwrap());
+    let (accounts, log) = a_and_b(client);
     client
         .with_retry(|txn| {
             accounts.put(txn, b"alice", b"10")?;
@@ -199,7 +171,7 @@ fn one_transaction_writes_several_keyspaces_atomically<E: Engine>(client: &Clien
 }
 
 fn pessimistic_transactions_and_snapshots_use_keyspaces<E: Engine>(client: &Client<E>) {
-    let (a, b) = (client.keyspace("a").unwrap(), client.keyspace("b").unwrap());
+    let (a, b) = a_and_b(client);
     let mut txn = client.begin_pessimistic().unwrap();
     a.put(&mut txn, b"k", b"1").unwrap();
     b.put(&mut txn, b"k", b"2").unwrap();

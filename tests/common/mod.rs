@@ -56,3 +56,51 @@ pub fn leave_dead_transactions<E: percolate::engine::Engine>(
     storage.prewrite(orphan).unwrap();
     orphan_ts
 }
+
+/// A client over `engine`, its regions split at `splits`, its oracle's
+/// state in `dir`.
+#[allow(dead_code)]
+pub fn client_over<E: percolate::engine::Engine>(
+    engine: E,
+    dir: &std::path::Path,
+    splits: Vec<Vec<u8>>,
+) -> percolate::txn::client::Client<E> {
+    use percolate::txn::oracle::TimestampOracle;
+    let oracle = std::sync::Arc::new(percolate::txn::oracle::LocalOracle::open(dir).unwrap());
+    let storage = percolate::txn::storage::StorageConfig {
+        initial_max_ts: oracle.get_ts().unwrap(),
+        ..Default::default()
+    };
+    let cluster = percolate::txn::cluster::Cluster::new(engine, splits, storage);
+    percolate::txn::client::Client::new(cluster, oracle, Default::default())
+}
+
+/// Generates, for each `test => scenario(&Client<E>)`, a test
+/// `memory::test` on the memory engine and `rocks::test` on RocksDB in a
+/// temporary directory, each over the calling file's
+/// `client_on(engine, dir)`.
+#[macro_export]
+macro_rules! client_scenarios_on_both_engines {
+    ($($name:ident => $scenario:ident;)*) => {
+        mod memory {
+            $(
+                #[test]
+                fn $name() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let engine = percolate::engine::MemoryEngine::new();
+                    super::$scenario(&super::client_on(engine, dir.path()));
+                }
+            )*
+        }
+        mod rocks {
+            $(
+                #[test]
+                fn $name() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let engine = percolate::engine::RocksEngine::open(dir.path().join("db")).unwrap();
+                    super::$scenario(&super::client_on(engine, dir.path()));
+                }
+            )*
+        }
+    };
+}

@@ -365,3 +365,19 @@ impl std::fmt::Display for ShownEnd<'_> {
         }
     }
 }
+
+/// What maps an I/O failure of `op` on `path` to an [`Error`] (the
+/// engine's `Io` variant, with the path): `.map_err(io_error(op, path))`.
+pub(crate) fn io_error(
+    op: &'static str,
+    path: &std::path::Path,
+) -> impl Fn(std::io::Error) -> Error + use<> {
+    let path = path.to_path_buf();
+    move |source| {
+        Error::from(percolate_engine::Error::Io {
+            op,
+            path: path.clone(),
+            source,
+        })
+    }
+}

@@ -607,86 +607,43 @@ impl MetricsSnapshot {
     /// name prefixed `percolate_` (the engine's `percolate_rocksdb_`).
     pub fn to_prometheus(&self) -> String {
         let mut out = String::new();
-        header(
-            &mut out,
+        let mut counters = Family::new(&mut out, "counter");
+        counters.write(
             "percolate_commands_total",
-            "counter",
             "Commands answered, by command and outcome.",
+            self.commands.iter().flat_map(|c| {
+                let name = c.kind.name();
+                [
+                    (format!("command=\"{name}\",outcome=\"ok\""), c.ok),
+                    (format!("command=\"{name}\",outcome=\"failed\""), c.failed),
+                ]
+            }),
         );
-        for c in &self.commands {
-            let name = c.kind.name();
-            let _ = writeln!(
-                out,
-                "percolate_commands_total{{command=\"{name}\",outcome=\"ok\"}} {}",
-                c.ok
-            );
-            let _ = writeln!(
-                out,
-                "percolate_commands_total{{command=\"{name}\",outcome=\"failed\"}} {}",
-                c.failed
-            );
-        }
-        header(
-            &mut out,
-            "percolate_command_duration_seconds",
-            "histogram",
-            "From a command's submission to its answer.",
-        );
-        for c in &self.commands {
-            histogram(
-                &mut out,
-                "percolate_command_duration_seconds",
-                &format!("command=\"{}\"", c.kind.name()),
-                &c.latency,
-            );
-        }
-        header(
-            &mut out,
+        counters.write(
             "percolate_commits_total",
-            "counter",
             "Transactions committed, by protocol and mode.",
+            self.commits.iter().flat_map(|c| {
+                let p = c.protocol.name();
+                [
+                    (
+                        format!("protocol=\"{p}\",mode=\"optimistic\""),
+                        c.optimistic,
+                    ),
+                    (
+                        format!("protocol=\"{p}\",mode=\"pessimistic\""),
+                        c.pessimistic,
+                    ),
+                ]
+            }),
         );
-        for c in &self.commits {
-            let p = c.protocol.name();
-            let _ = writeln!(
-                out,
-                "percolate_commits_total{{protocol=\"{p}\",mode=\"optimistic\"}} {}",
-                c.optimistic
-            );
-            let _ = writeln!(
-                out,
-                "percolate_commits_total{{protocol=\"{p}\",mode=\"pessimistic\"}} {}",
-                c.pessimistic
-            );
-        }
-        header(
-            &mut out,
-            "percolate_commit_duration_seconds",
-            "histogram",
-            "A transaction's commit, by protocol.",
-        );
-        for c in &self.commits {
-            histogram(
-                &mut out,
-                "percolate_commit_duration_seconds",
-                &format!("protocol=\"{}\"", c.protocol.name()),
-                &c.latency,
-            );
-        }
-        header(
-            &mut out,
+        counters.write(
             "percolate_locks_resolved_total",
-            "counter",
             "Locks met and resolved, by their transaction's outcome.",
+            self.resolved
+                .iter()
+                .map(|(o, n)| (format!("outcome=\"{}\"", o.name()), *n)),
         );
-        for (outcome, n) in &self.resolved {
-            let _ = writeln!(
-                out,
-                "percolate_locks_resolved_total{{outcome=\"{}\"}} {n}",
-                outcome.name()
-            );
-        }
-        let counters = [
+        for (name, help, value) in [
             (
                 "percolate_conflicts_total",
                 "Commits failed by a conflict.",
@@ -718,31 +675,65 @@ impl MetricsSnapshot {
                 "Records GC deleted.",
                 self.gc_versions_deleted,
             ),
-        ];
-        for (name, help, value) in counters {
-            header(&mut out, name, "counter", help);
-            let _ = writeln!(out, "{name} {value}");
+        ] {
+            counters.write(name, help, [(String::new(), value)]);
         }
-        header(
-            &mut out,
+        Family::new(&mut out, "gauge").write(
             "percolate_gc_safe_point",
-            "gauge",
             "The newest GC safe point (a timestamp).",
+            [(String::new(), self.gc_safe_point)],
         );
-        let _ = writeln!(out, "percolate_gc_safe_point {}", self.gc_safe_point);
         if let Some(engine) = &self.engine {
-            for (name, kind, help, value) in engine.fields() {
-                let name = format!("percolate_rocksdb_{name}");
-                header(
-                    &mut out,
-                    &name,
-                    if kind { "counter" } else { "gauge" },
+            for (name, counter, help, value) in engine.fields() {
+                let kind = if counter { "counter" } else { "gauge" };
+                Family::new(&mut out, kind).write(
+                    &format!("percolate_rocksdb_{name}"),
                     help,
+                    [(String::new(), value)],
                 );
-                let _ = writeln!(out, "{name} {value}");
             }
         }
+        histograms(
+            &mut out,
+            "percolate_command_duration_seconds",
+            "From a command's submission to its answer.",
+            self.commands
+                .iter()
+                .map(|c| (format!("command=\"{}\"", c.kind.name()), &c.latency)),
+        );
+        histograms(
+            &mut out,
+            "percolate_commit_duration_seconds",
+            "A transaction's commit, by protocol.",
+            self.commits
+                .iter()
+                .map(|c| (format!("protocol=\"{}\"", c.protocol.name()), &c.latency)),
+        );
         out
+    }
+}
+
+/// Writes metric families of one type: the `# HELP` and `# TYPE` lines,
+/// then a sample per label set (an empty label set: a bare name).
+struct Family<'o> {
+    out: &'o mut String,
+    kind: &'static str,
+}
+
+impl<'o> Family<'o> {
+    fn new(out: &'o mut String, kind: &'static str) -> Self {
+        Family { out, kind }
+    }
+
+    fn write(&mut self, name: &str, help: &str, samples: impl IntoIterator<Item = (String, u64)>) {
+        header(self.out, name, self.kind, help);
+        for (labels, value) in samples {
+            let _ = if labels.is_empty() {
+                writeln!(self.out, "{name} {value}")
+            } else {
+                writeln!(self.out, "{name}{{{labels}}} {value}")
+            };
+        }
     }
 }
 
@@ -751,18 +742,28 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-fn histogram(out: &mut String, name: &str, labels: &str, h: &HistogramSnapshot) {
-    let mut cumulative = 0;
-    for (i, n) in h.counts.iter().enumerate() {
-        cumulative += n;
-        let le = match HistogramSnapshot::bucket_bound_us(i) {
-            Some(us) => format!("{}", us as f64 / 1e6),
-            None => "+Inf".to_string(),
-        };
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+/// A histogram family: per label set, cumulative `_bucket` lines with `le`
+/// in seconds (`+Inf` last), `_sum` in seconds and `_count`.
+fn histograms<'h>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (String, &'h HistogramSnapshot)>,
+) {
+    header(out, name, "histogram", help);
+    for (labels, h) in samples {
+        let mut cumulative = 0;
+        for (i, n) in h.counts.iter().enumerate() {
+            cumulative += n;
+            let le = match HistogramSnapshot::bucket_bound_us(i) {
+                Some(us) => format!("{}", us as f64 / 1e6),
+                None => "+Inf".to_string(),
+            };
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_us as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
     }
-    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_us as f64 / 1e6);
-    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ use std::sync::Arc;
 use percolate_engine::RocksEngine;
 
 use super::Client;
+use crate::errors::io_error;
 use crate::oracle::{LocalOracle, SystemClock};
 use crate::{Error, Result};
 
@@ -88,15 +89,6 @@ impl Client<RocksEngine> {
 /// Creates `dir` (and its parents) if it is missing; fails with
 /// [`Error::DirectoryNotEmpty`] if it holds anything.
 pub(crate) fn prepare_empty_dir(dir: &Path) -> Result<()> {
-    let io = |op| {
-        move |source| {
-            Error::from(percolate_engine::Error::Io {
-                op,
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
-    };
     match std::fs::read_dir(dir) {
         Ok(mut entries) => {
             if entries.next().is_some() {
@@ -107,9 +99,9 @@ pub(crate) fn prepare_empty_dir(dir: &Path) -> Result<()> {
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir).map_err(io("create directory"))
+            std::fs::create_dir_all(dir).map_err(io_error("create directory", dir))
         }
-        Err(e) => Err(io("list directory")(e)),
+        Err(e) => Err(io_error("list directory", dir)(e)),
     }
 }
 
@@ -117,28 +109,16 @@ pub(crate) fn prepare_empty_dir(dir: &Path) -> Result<()> {
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|source| {
-            Error::from(percolate_engine::Error::Io {
-                op: "sync directory",
-                path: dir.to_path_buf(),
-                source,
-            })
-        })
+        .map_err(io_error("sync directory", dir))
 }
 
 /// The number and total size of the files in `dir` (not recursive).
 fn dir_size(dir: &Path) -> Result<(usize, u64)> {
-    let io = |source| {
-        Error::from(percolate_engine::Error::Io {
-            op: "list directory",
-            path: dir.to_path_buf(),
-            source,
-        })
-    };
+    let io = io_error("list directory", dir);
     let mut files = 0;
     let mut bytes = 0;
-    for entry in std::fs::read_dir(dir).map_err(io)? {
-        let meta = entry.and_then(|e| e.metadata()).map_err(io)?;
+    for entry in std::fs::read_dir(dir).map_err(&io)? {
+        let meta = entry.and_then(|e| e.metadata()).map_err(&io)?;
         if meta.is_file() {
             files += 1;
             bytes += meta.len();

@@ -55,6 +55,7 @@ use percolate_mvcc::{Key, TimeStamp, WriteRef, WriteType};
 
 use super::backup::{prepare_empty_dir, sync_dir};
 use super::{Client, Snapshot, create_data_dir, lock_directory};
+use crate::errors::io_error;
 use crate::{Error, Result};
 
 /// The manifest's file name in an export directory.
@@ -318,19 +319,13 @@ fn export_values<S: percolate_engine::Snapshot>(
 
 /// The size and CRC-32 of the file at `path`.
 fn file_crc32(path: &Path) -> Result<(u64, u32)> {
-    let io = |source| {
-        Error::from(percolate_engine::Error::Io {
-            op: "read",
-            path: path.to_path_buf(),
-            source,
-        })
-    };
-    let mut file = std::fs::File::open(path).map_err(io)?;
+    let io = io_error("read", path);
+    let mut file = std::fs::File::open(path).map_err(&io)?;
     let mut hasher = crc32fast::Hasher::new();
     let mut buf = vec![0; 1 << 16];
     let mut size = 0;
     loop {
-        let n = file.read(&mut buf).map_err(io)?;
+        let n = file.read(&mut buf).map_err(&io)?;
         if n == 0 {
             break;
         }
@@ -569,16 +564,7 @@ impl ExportManifest {
     fn write(&self, dir: &Path) -> Result<()> {
         let path = dir.join(MANIFEST_FILE);
         let tmp = dir.join(format!("{MANIFEST_FILE}.tmp"));
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| {
-                Error::from(percolate_engine::Error::Io {
-                    op: "write manifest",
-                    path,
-                    source,
-                })
-            }
-        };
+        let io = |path: &Path| io_error("write manifest", path);
         {
             use std::io::Write as _;
             let mut file = std::fs::File::create(&tmp).map_err(io(&tmp))?;

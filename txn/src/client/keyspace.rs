@@ -154,10 +154,7 @@ impl Keyspace {
         reader: &'r impl KeyspaceRead<E>,
         range: impl RangeBounds<K>,
     ) -> KeyspaceScan<'r, E> {
-        KeyspaceScan {
-            scan: reader.read_range(self.range(range), false),
-            prefix_len: self.prefix.len(),
-        }
+        self.stripped(reader.read_range(self.range(range), false))
     }
 
     /// Every pair of this keyspace, in key order: [`scan`](Self::scan) of
@@ -172,8 +169,13 @@ impl Keyspace {
         reader: &'r impl KeyspaceRead<E>,
         range: impl RangeBounds<K>,
     ) -> KeyspaceScan<'r, E> {
+        self.stripped(reader.read_range(self.range(range), true))
+    }
+
+    /// `scan`'s pairs with their keys stripped of the prefix.
+    fn stripped<'r, E: Engine>(&self, scan: Scan<'r, E>) -> KeyspaceScan<'r, E> {
         KeyspaceScan {
-            scan: reader.read_range(self.range(range), true),
+            scan,
             prefix_len: self.prefix.len(),
         }
     }

@@ -58,6 +58,7 @@ pub use self::transaction::{CommitInfo, CommitOptions, CommitProtocol, Transacti
 
 use crate::cluster::Cluster;
 use crate::concurrency_manager::MaxTsLimit;
+use crate::errors::io_error;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::oracle::{LocalOracle, TimestampOracle};
 use crate::read::ReadOptions;
@@ -411,19 +412,13 @@ const DIR_LOCK_FILE: &str = "PERCOLATE.LOCK";
 /// the engine.
 pub fn lock_directory(dir: &Path) -> Result<std::fs::File> {
     let path = dir.join(DIR_LOCK_FILE);
-    let io = |source| {
-        Error::from(percolate_engine::Error::Io {
-            op: "lock the data directory",
-            path: path.clone(),
-            source,
-        })
-    };
+    let io = io_error("lock the data directory", &path);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(io)?;
+        .map_err(&io)?;
     match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(file),
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(Error::DirectoryLocked {
@@ -875,13 +870,7 @@ impl<E: Engine> Inner<E> {
 
 /// Creates the data directory `dir` if missing.
 pub(crate) fn create_data_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|source| {
-        Error::from(percolate_engine::Error::Io {
-            op: "create directory",
-            path: dir.to_path_buf(),
-            source,
-        })
-    })
+    std::fs::create_dir_all(dir).map_err(io_error("create directory", dir))
 }
 
 /// The client's oracle, counting its calls in the metrics.
