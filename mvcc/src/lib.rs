@@ -96,7 +96,7 @@ pub use reader::{
     TsSet, TxnCommitRecord, VersionHints,
 };
 pub use timestamp::{TSO_PHYSICAL_SHIFT_BITS, TimeStamp};
-pub use txn::MvccTxn;
+pub use txn::{CommittedVersion, MvccTxn};
 pub use write::{
     RollbackProtection, SHORT_VALUE_MAX_LEN, Write, WriteRef, WriteType, is_short_value,
 };

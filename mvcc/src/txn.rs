@@ -16,7 +16,19 @@ pub struct MvccTxn {
     modifies: Vec<Modify>,
     write_size: usize,
     /// The data versions committed by [`put_commit`](Self::put_commit).
-    committed: Vec<(Key, TimeStamp)>,
+    committed: Vec<CommittedVersion>,
+}
+
+/// A data version (a Put or Delete commit record) that a commit writes:
+/// the key's newest once written (see [`MvccTxn::put_commit`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedVersion {
+    /// The user key.
+    pub key: Key,
+    /// The commit_ts the record is written at.
+    pub commit_ts: TimeStamp,
+    /// The record's bytes, as written to the write CF at `key@commit_ts`.
+    pub record: Vec<u8>,
 }
 
 impl MvccTxn {
@@ -76,10 +88,14 @@ impl MvccTxn {
 
     /// Writes a commit or rollback record at `key@ts` (write CF).
     pub fn put_write(&mut self, key: Key, ts: TimeStamp, write: &Write) {
+        self.put_write_bytes(key, ts, write.to_bytes());
+    }
+
+    fn put_write_bytes(&mut self, key: Key, ts: TimeStamp, record: Vec<u8>) {
         self.push(Modify::Put {
             cf: Cf::Write,
             key: key.append_ts(ts).into_encoded(),
-            value: write.to_bytes(),
+            value: record,
         });
     }
 
@@ -91,21 +107,26 @@ impl MvccTxn {
     /// of the key already written (a commit holds the key's lock, and its
     /// prewrite found no data committed after its start_ts).
     pub fn put_commit(&mut self, key: Key, commit_ts: TimeStamp, write: &Write) {
+        let record = write.to_bytes();
         if matches!(write.write_type, WriteType::Put | WriteType::Delete) {
-            self.committed.push((key.clone(), commit_ts));
+            self.committed.push(CommittedVersion {
+                key: key.clone(),
+                commit_ts,
+                record: record.clone(),
+            });
         }
-        self.put_write(key, commit_ts, write);
+        self.put_write_bytes(key, commit_ts, record);
     }
 
     /// The newest data versions (Put or Delete records) this buffer
     /// commits, by key: what a reader of the latest data will find once the
     /// buffer is written.
-    pub fn committed_versions(&self) -> &[(Key, TimeStamp)] {
+    pub fn committed_versions(&self) -> &[CommittedVersion] {
         &self.committed
     }
 
     /// Takes the [`committed_versions`](Self::committed_versions) out.
-    pub fn take_committed_versions(&mut self) -> Vec<(Key, TimeStamp)> {
+    pub fn take_committed_versions(&mut self) -> Vec<CommittedVersion> {
         std::mem::take(&mut self.committed)
     }
 

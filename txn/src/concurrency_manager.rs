@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
-use percolate_mvcc::{Key, Lock, TimeStamp, VersionHints};
+use percolate_mvcc::{CommittedVersion, Key, Lock, TimeStamp, VersionHints};
 
 use crate::Error;
 use crate::lock_wait::LockWaits;
@@ -227,9 +227,11 @@ impl ConcurrencyManager {
     /// Notes the newest data versions a write command is about to write
     /// (its commits' Put and Delete records), before it writes them: see
     /// [`VersionHints`].
-    pub fn note_committed(&self, versions: &[(Key, TimeStamp)]) {
-        for (key, commit_ts) in versions {
-            self.inner.versions.note(key, *commit_ts);
+    pub fn note_committed(&self, versions: &[CommittedVersion]) {
+        for version in versions {
+            self.inner
+                .versions
+                .note(&version.key, version.commit_ts, &version.record);
         }
     }
 
@@ -238,11 +240,13 @@ impl ConcurrencyManager {
     pub fn confirm_committed<E: percolate_engine::Engine>(
         &self,
         engine: &E,
-        versions: &[(Key, TimeStamp)],
+        versions: &[CommittedVersion],
     ) {
-        for (key, commit_ts) in versions {
-            let epoch = engine.write_epoch(key.as_encoded());
-            self.inner.versions.confirm(key, *commit_ts, epoch);
+        for version in versions {
+            let epoch = engine.write_epoch(version.key.as_encoded());
+            self.inner
+                .versions
+                .confirm(&version.key, version.commit_ts, epoch);
         }
     }
 

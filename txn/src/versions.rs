@@ -17,13 +17,21 @@
 //! key written by anything else since (a write straight to the engine, say)
 //! moves the epoch on, and the read seeks as it would without hints.
 //!
+//! A hint also holds its version's record when it is short enough (up to
+//! [`RECORD_WORDS`] words: a Put whose value is inlined up to about 145
+//! bytes, any Delete, any Put of a long value), so that a read of a hinted
+//! key makes no engine lookup at all: commits hand over the records they
+//! write, and a read that looked a record up fills it in. A record at
+//! `key@commit_ts` never changes once written (see
+//! [`VersionHints`] for GC), so a copy is as good as the engine's.
+//!
 //! The table is a fixed array of slots, each holding one key (inline, up to
-//! [`KEY_WORDS`] words of its encoded bytes) and its version, a key going
-//! to the slot its hash picks: a newer key in the same slot pushes the
-//! older one out, and a key that is not in its slot, or too long to be
-//! held, is simply read with a seek. Its memory is bounded: 65,536 slots
-//! of 88 bytes per region (5.5 MiB), allocated a shard at a time as keys
-//! arrive.
+//! [`KEY_WORDS`] words of its encoded bytes), its version and its record, a
+//! key going to the slot its hash picks: a newer key in the same slot
+//! pushes the older one out, and a key that is not in its slot, or too long
+//! to be held, is simply read with a seek. Its memory is bounded: 65,536
+//! slots of 256 bytes per region (16 MiB), allocated a shard at a time as
+//! keys arrive.
 //!
 //! Every point read asks here, from every thread, so a lookup writes
 //! nothing shared: each slot is a sequence lock. Writers (one per shard at
@@ -49,11 +57,15 @@ const SLOTS_PER_SHARD: usize = 1024;
 /// up to 47 bytes) can have hints.
 const KEY_WORDS: usize = 7;
 
+/// Words of a version's record held inline: records of up to 160 bytes.
+const RECORD_WORDS: usize = 20;
+
 /// The epoch of a slot whose version is noted but not written yet.
 const UNCONFIRMED: u64 = u64::MAX;
 
-/// One key's hint.
+/// One key's hint: four cache lines.
 #[derive(Default)]
+#[repr(align(64))]
 struct Slot {
     /// Odd while a writer changes the slot; bumped twice per change.
     seq: AtomicU64,
@@ -64,16 +76,48 @@ struct Slot {
     /// The engine's write epoch once that version is written, or
     /// [`UNCONFIRMED`].
     epoch: AtomicU64,
+    /// The length in bytes of the version's record; 0: not held (a record
+    /// is never empty).
+    record_len: AtomicU64,
     /// Its encoded bytes, eight to a word, the last word padded with zeros.
     key: [AtomicU64; KEY_WORDS],
+    /// The record's bytes, packed as the key's.
+    record: [AtomicU64; RECORD_WORDS],
 }
 
-/// What a slot holds, read consistently.
+/// What a slot holds, read consistently (without the record's bytes).
 struct Held {
     len: u64,
     version: u64,
     epoch: u64,
+    record_len: u64,
     key: [u64; KEY_WORDS],
+}
+
+/// Packs `bytes` eight to a word, the last word padded with zeros.
+fn pack<const N: usize>(bytes: &[u8]) -> [u64; N] {
+    let mut words = [0u64; N];
+    for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
+        let mut buf = [0u8; 8];
+        buf[..chunk.len()].copy_from_slice(chunk);
+        *word = u64::from_le_bytes(buf);
+    }
+    words
+}
+
+/// A record short enough to be held, packed.
+struct PackedRecord {
+    len: u64,
+    words: [u64; RECORD_WORDS],
+}
+
+impl PackedRecord {
+    fn new(record: &[u8]) -> Option<PackedRecord> {
+        (!record.is_empty() && record.len() <= RECORD_WORDS * 8).then(|| PackedRecord {
+            len: record.len() as u64,
+            words: pack(record),
+        })
+    }
 }
 
 /// A key as the table compares it: its packed words, its length plus one
@@ -92,12 +136,7 @@ impl Packed {
         if bytes.len() > KEY_WORDS * 8 {
             return None;
         }
-        let mut words = [0u64; KEY_WORDS];
-        for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
-            let mut buf = [0u8; 8];
-            buf[..chunk.len()].copy_from_slice(chunk);
-            *word = u64::from_le_bytes(buf);
-        }
+        let words: [u64; KEY_WORDS] = pack(bytes);
         // The FxHash step over the words and the length, then MurmurHash3's
         // finalizer, so that keys differing in a few bits of one word
         // spread over every slot.
@@ -125,8 +164,10 @@ impl Packed {
 }
 
 impl Slot {
-    /// What the slot holds, or `None` if a writer was changing it.
-    fn read(&self) -> Option<Held> {
+    /// What the slot holds, or `None` if a writer was changing it. With
+    /// `record`, also the record's bytes when held (appended to it; the
+    /// caller keeps them only if the key is the one asked for).
+    fn read(&self, mut record: Option<&mut Vec<u8>>) -> Option<Held> {
         let seq = self.seq.load(Ordering::Acquire);
         if seq & 1 == 1 {
             return None;
@@ -135,15 +176,31 @@ impl Slot {
             len: self.len.load(Ordering::Relaxed),
             version: self.version.load(Ordering::Relaxed),
             epoch: self.epoch.load(Ordering::Relaxed),
+            record_len: self.record_len.load(Ordering::Relaxed),
             key: std::array::from_fn(|i| self.key[i].load(Ordering::Relaxed)),
         };
+        let mut words = [0u64; RECORD_WORDS];
+        let record_words = (held.record_len as usize).div_ceil(8).min(RECORD_WORDS);
+        if record.is_some() {
+            for (word, atomic) in words[..record_words].iter_mut().zip(&self.record) {
+                *word = atomic.load(Ordering::Relaxed);
+            }
+        }
         // Orders the reads above before the second read of the sequence.
         fence(Ordering::Acquire);
-        (self.seq.load(Ordering::Relaxed) == seq).then_some(held)
+        if self.seq.load(Ordering::Relaxed) != seq {
+            return None;
+        }
+        if let Some(record) = record.as_deref_mut() {
+            let len = (held.record_len as usize).min(RECORD_WORDS * 8);
+            record.extend(words.iter().flat_map(|w| w.to_le_bytes()).take(len));
+        }
+        Some(held)
     }
 
-    /// Replaces what the slot holds. Only under its shard's mutex.
-    fn write(&self, key: &Packed, version: u64, epoch: u64) {
+    /// Replaces what the slot holds; its record only with `Some`. Only
+    /// under its shard's mutex.
+    fn write(&self, key: &Packed, version: u64, epoch: u64, record: Option<&PackedRecord>) {
         let seq = self.seq.load(Ordering::Relaxed);
         self.seq.store(seq + 1, Ordering::Relaxed);
         // Orders the odd sequence before the changes below.
@@ -154,7 +211,31 @@ impl Slot {
         for (word, value) in self.key.iter().zip(key.key) {
             word.store(value, Ordering::Relaxed);
         }
+        match record {
+            Some(record) => {
+                let words = (record.len as usize).div_ceil(8);
+                for (word, value) in self.record.iter().zip(&record.words[..words]) {
+                    word.store(*value, Ordering::Relaxed);
+                }
+                self.record_len.store(record.len, Ordering::Relaxed);
+            }
+            None => self.record_len.store(0, Ordering::Relaxed),
+        }
         self.seq.store(seq + 2, Ordering::Release);
+    }
+
+    /// Changes only the slot's epoch. Only under its shard's mutex.
+    fn set_epoch(&self, epoch: u64) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.epoch.store(epoch, Ordering::Relaxed);
+        self.seq.store(seq + 2, Ordering::Release);
+    }
+
+    /// What the slot holds, for its writer (under the shard's mutex).
+    fn held(&self) -> Held {
+        self.read(None).expect("writers hold the shard's mutex")
     }
 }
 
@@ -195,20 +276,21 @@ impl VersionCache {
     }
 
     /// Notes that `key`'s newest data version is (about to be) `commit_ts`,
-    /// unconfirmed. Called before the record is written.
-    pub(crate) fn note(&self, key: &Key, commit_ts: TimeStamp) {
+    /// unconfirmed, with its `record`. Called before the record is written.
+    pub(crate) fn note(&self, key: &Key, commit_ts: TimeStamp, record: &[u8]) {
         let Some(key) = Packed::new(key) else {
             return;
         };
         let (slot, _writer) = self.slot_mut(&key);
-        let held = slot.read().expect("writers hold the shard's mutex");
+        let held = slot.held();
         // Commits of one key write ascending versions; a retried command
         // may note an old one again, which changes nothing.
         if key.is_held_in(&held) && commit_ts.into_inner() <= held.version {
             return;
         }
         // A newer version of the key, or another key's slot taken over.
-        slot.write(&key, commit_ts.into_inner(), UNCONFIRMED);
+        let record = PackedRecord::new(record);
+        slot.write(&key, commit_ts.into_inner(), UNCONFIRMED, record.as_ref());
     }
 
     /// Confirms `key`'s noted version `commit_ts` once its record is
@@ -219,20 +301,28 @@ impl VersionCache {
             return;
         };
         let (slot, _writer) = self.slot_mut(&key);
-        let held = slot.read().expect("writers hold the shard's mutex");
+        let held = slot.held();
         if key.is_held_in(&held) && held.version == commit_ts.into_inner() {
-            slot.write(&key, held.version, write_epoch.unwrap_or(UNCONFIRMED));
+            slot.set_epoch(write_epoch.unwrap_or(UNCONFIRMED));
         }
     }
 }
 
 impl VersionHints for VersionCache {
-    fn newest_data_version(&self, key: &Key) -> Option<(TimeStamp, u64)> {
+    fn newest_data_version(&self, key: &Key, record: &mut Vec<u8>) -> Option<(TimeStamp, u64)> {
+        record.clear();
         let key = Packed::new(key)?;
         let slots = self.shards[key.shard].slots.get()?;
-        let held = slots[key.slot].read()?;
-        (key.is_held_in(&held) && held.epoch != UNCONFIRMED)
-            .then(|| (TimeStamp::new(held.version), held.epoch))
+        let held = slots[key.slot].read(Some(record));
+        match held {
+            Some(held) if key.is_held_in(&held) && held.epoch != UNCONFIRMED => {
+                Some((TimeStamp::new(held.version), held.epoch))
+            }
+            _ => {
+                record.clear();
+                None
+            }
+        }
     }
 
     fn offer(&self, key: &Key, version: TimeStamp, epoch: u64) {
@@ -240,13 +330,28 @@ impl VersionHints for VersionCache {
             return;
         };
         let (slot, _writer) = self.slot_mut(&key);
-        let held = slot.read().expect("writers hold the shard's mutex");
+        let held = slot.held();
         // A commit noted this version or a newer one: its confirmation (or
         // its failure) decides.
         if key.is_held_in(&held) && held.version >= version.into_inner() {
             return;
         }
-        slot.write(&key, version.into_inner(), epoch);
+        slot.write(&key, version.into_inner(), epoch, None);
+    }
+
+    fn fill(&self, key: &Key, version: TimeStamp, epoch: u64, record: &[u8]) {
+        let (Some(key), Some(record)) = (Packed::new(key), PackedRecord::new(record)) else {
+            return;
+        };
+        let (slot, _writer) = self.slot_mut(&key);
+        let held = slot.held();
+        if key.is_held_in(&held)
+            && held.version == version.into_inner()
+            && held.epoch == epoch
+            && held.record_len == 0
+        {
+            slot.write(&key, held.version, held.epoch, Some(&record));
+        }
     }
 }
 
@@ -254,25 +359,84 @@ impl VersionHints for VersionCache {
 mod tests {
     use super::*;
 
+    /// The hint of `key`, without its record.
+    fn hint(cache: &VersionCache, key: &Key) -> Option<(TimeStamp, u64)> {
+        cache.newest_data_version(key, &mut Vec::new())
+    }
+
+    /// The hint of `key` and its record.
+    fn hint_and_record(cache: &VersionCache, key: &Key) -> Option<(TimeStamp, u64, Vec<u8>)> {
+        let mut record = Vec::new();
+        let (version, epoch) = cache.newest_data_version(key, &mut record)?;
+        Some((version, epoch, record))
+    }
+
+    #[test]
+    fn a_hint_carries_the_record_its_commit_noted_or_a_read_filled() {
+        let cache = VersionCache::default();
+        let a = Key::from_raw(b"a");
+        cache.note(&a, TimeStamp::new(10), b"record@10");
+        cache.confirm(&a, TimeStamp::new(10), Some(3));
+        assert_eq!(
+            hint_and_record(&cache, &a),
+            Some((TimeStamp::new(10), 3, b"record@10".to_vec()))
+        );
+        // A read's offer of a newer version comes without a record; a
+        // fill for another version or epoch is ignored, one for the hint
+        // is kept.
+        cache.offer(&a, TimeStamp::new(20), 4);
+        assert_eq!(
+            hint_and_record(&cache, &a),
+            Some((TimeStamp::new(20), 4, Vec::new()))
+        );
+        cache.fill(&a, TimeStamp::new(10), 4, b"record@10");
+        cache.fill(&a, TimeStamp::new(20), 5, b"stale");
+        assert_eq!(
+            hint_and_record(&cache, &a),
+            Some((TimeStamp::new(20), 4, Vec::new()))
+        );
+        cache.fill(&a, TimeStamp::new(20), 4, b"record@20");
+        assert_eq!(
+            hint_and_record(&cache, &a),
+            Some((TimeStamp::new(20), 4, b"record@20".to_vec()))
+        );
+        // A newer commit's record replaces it; a record too long to hold
+        // leaves only the version.
+        let long = vec![7u8; RECORD_WORDS * 8 + 1];
+        cache.note(&a, TimeStamp::new(30), &long);
+        cache.confirm(&a, TimeStamp::new(30), Some(6));
+        assert_eq!(
+            hint_and_record(&cache, &a),
+            Some((TimeStamp::new(30), 6, Vec::new()))
+        );
+        let longest = vec![9u8; RECORD_WORDS * 8];
+        cache.note(&a, TimeStamp::new(40), &longest);
+        cache.confirm(&a, TimeStamp::new(40), Some(7));
+        assert_eq!(
+            hint_and_record(&cache, &a),
+            Some((TimeStamp::new(40), 7, longest))
+        );
+    }
+
     #[test]
     fn a_key_reads_its_newest_noted_version() {
         let cache = VersionCache::default();
         let (a, b) = (Key::from_raw(b"a"), Key::from_raw(b"b"));
-        assert_eq!(cache.newest_data_version(&a), None);
-        cache.note(&a, TimeStamp::new(10));
-        cache.note(&a, TimeStamp::new(30));
+        assert_eq!(hint(&cache, &a), None);
+        cache.note(&a, TimeStamp::new(10), b"");
+        cache.note(&a, TimeStamp::new(30), b"");
         // Not confirmed yet: no hint.
-        assert_eq!(cache.newest_data_version(&a), None);
+        assert_eq!(hint(&cache, &a), None);
         cache.confirm(&a, TimeStamp::new(30), Some(7));
-        cache.note(&a, TimeStamp::new(20));
-        assert_eq!(cache.newest_data_version(&a), Some((TimeStamp::new(30), 7)));
+        cache.note(&a, TimeStamp::new(20), b"");
+        assert_eq!(hint(&cache, &a), Some((TimeStamp::new(30), 7)));
         // A confirmation of an older version changes nothing.
         cache.confirm(&a, TimeStamp::new(20), Some(9));
-        assert_eq!(cache.newest_data_version(&a), Some((TimeStamp::new(30), 7)));
+        assert_eq!(hint(&cache, &a), Some((TimeStamp::new(30), 7)));
         // A newer version is unconfirmed until written.
-        cache.note(&a, TimeStamp::new(40));
-        assert_eq!(cache.newest_data_version(&a), None);
-        assert_eq!(cache.newest_data_version(&b), None);
+        cache.note(&a, TimeStamp::new(40), b"");
+        assert_eq!(hint(&cache, &a), None);
+        assert_eq!(hint(&cache, &b), None);
     }
 
     #[test]
@@ -280,19 +444,19 @@ mod tests {
         let cache = VersionCache::default();
         let a = Key::from_raw(b"a");
         cache.offer(&a, TimeStamp::new(10), 3);
-        assert_eq!(cache.newest_data_version(&a), Some((TimeStamp::new(10), 3)));
+        assert_eq!(hint(&cache, &a), Some((TimeStamp::new(10), 3)));
         // A commit notes a newer version: a read that found an older one
         // (it sought before the commit's write) leaves it alone, confirmed
         // or not.
-        cache.note(&a, TimeStamp::new(20));
+        cache.note(&a, TimeStamp::new(20), b"");
         cache.offer(&a, TimeStamp::new(10), 3);
-        assert_eq!(cache.newest_data_version(&a), None);
+        assert_eq!(hint(&cache, &a), None);
         cache.confirm(&a, TimeStamp::new(20), Some(4));
         cache.offer(&a, TimeStamp::new(20), 9);
-        assert_eq!(cache.newest_data_version(&a), Some((TimeStamp::new(20), 4)));
+        assert_eq!(hint(&cache, &a), Some((TimeStamp::new(20), 4)));
         // A newer version found by a read replaces it.
         cache.offer(&a, TimeStamp::new(30), 5);
-        assert_eq!(cache.newest_data_version(&a), Some((TimeStamp::new(30), 5)));
+        assert_eq!(hint(&cache, &a), Some((TimeStamp::new(30), 5)));
     }
 
     #[test]
@@ -305,15 +469,12 @@ mod tests {
             .map(|i| Key::from_raw(format!("other-{i}").as_bytes()))
             .find(|k| place(k) == slot)
             .expect("some key shares the slot");
-        cache.note(&first, TimeStamp::new(5));
+        cache.note(&first, TimeStamp::new(5), b"");
         cache.confirm(&first, TimeStamp::new(5), Some(1));
-        cache.note(&other, TimeStamp::new(7));
+        cache.note(&other, TimeStamp::new(7), b"");
         cache.confirm(&other, TimeStamp::new(7), Some(2));
-        assert_eq!(cache.newest_data_version(&first), None);
-        assert_eq!(
-            cache.newest_data_version(&other),
-            Some((TimeStamp::new(7), 2))
-        );
+        assert_eq!(hint(&cache, &first), None);
+        assert_eq!(hint(&cache, &other), Some((TimeStamp::new(7), 2)));
     }
 
     #[test]
@@ -321,18 +482,15 @@ mod tests {
         let cache = VersionCache::default();
         let long = Key::from_raw(&[7u8; 60]);
         assert!(long.as_encoded().len() > KEY_WORDS * 8);
-        cache.note(&long, TimeStamp::new(5));
+        cache.note(&long, TimeStamp::new(5), b"");
         cache.confirm(&long, TimeStamp::new(5), Some(1));
         cache.offer(&long, TimeStamp::new(6), 2);
-        assert_eq!(cache.newest_data_version(&long), None);
+        assert_eq!(hint(&cache, &long), None);
         // The longest key held inline has hints.
         let longest = Key::from_raw(&[7u8; 47]);
         assert!(longest.as_encoded().len() <= KEY_WORDS * 8);
         cache.offer(&longest, TimeStamp::new(6), 2);
-        assert_eq!(
-            cache.newest_data_version(&longest),
-            Some((TimeStamp::new(6), 2))
-        );
+        assert_eq!(hint(&cache, &longest), Some((TimeStamp::new(6), 2)));
     }
 
     #[test]
@@ -343,17 +501,25 @@ mod tests {
         let short = Key::from_encoded(b"a".to_vec());
         let padded = Key::from_encoded(b"a\0".to_vec());
         cache.offer(&short, TimeStamp::new(3), 1);
-        assert_eq!(cache.newest_data_version(&padded), None);
-        assert_eq!(
-            cache.newest_data_version(&short),
-            Some((TimeStamp::new(3), 1))
-        );
+        assert_eq!(hint(&cache, &padded), None);
+        assert_eq!(hint(&cache, &short), Some((TimeStamp::new(3), 1)));
     }
 
     #[test]
     fn readers_on_other_threads_never_see_a_torn_slot() {
         // Two keys of one slot written in turn by one thread while others
-        // read: every hint read is one that was written for that key.
+        // read: every hint read is one that was written for that key, with
+        // that version's record if any. Records of versions differ in
+        // length and bytes.
+        fn record_of(version: u64) -> Vec<u8> {
+            let digits = version.to_string().into_bytes();
+            digits
+                .iter()
+                .copied()
+                .cycle()
+                .take(1 + (version % 160) as usize)
+                .collect()
+        }
         let cache = std::sync::Arc::new(VersionCache::default());
         let first = Key::from_raw(b"first");
         let place = |k: &Key| Packed::new(k).map(|p| (p.shard, p.slot));
@@ -372,13 +538,14 @@ mod tests {
                     while !stop.load(Ordering::Relaxed) {
                         // `first` is written with even versions and
                         // epoch = version + 1; `other` with odd ones.
-                        if let Some((v, e)) = cache.newest_data_version(&first) {
-                            assert!(v.into_inner() % 2 == 0 && e == v.into_inner() + 1);
-                            seen.fetch_add(1, Ordering::Relaxed);
-                        }
-                        if let Some((v, e)) = cache.newest_data_version(&other) {
-                            assert!(v.into_inner() % 2 == 1 && e == v.into_inner() + 1);
-                            seen.fetch_add(1, Ordering::Relaxed);
+                        // Its record, when there is one, is the version's.
+                        for (key, parity) in [(&first, 0), (&other, 1)] {
+                            if let Some((v, e, record)) = hint_and_record(&cache, key) {
+                                let v = v.into_inner();
+                                assert!(v % 2 == parity && e == v + 1);
+                                assert!(record.is_empty() || record == record_of(v));
+                                seen.fetch_add(1, Ordering::Relaxed);
+                            }
                         }
                     }
                 })
@@ -393,7 +560,14 @@ mod tests {
             } else {
                 (&other, 2 * i + 1)
             };
-            cache.offer(key, TimeStamp::new(version), version + 1);
+            let ts = TimeStamp::new(version);
+            if i % 3 == 0 {
+                cache.offer(key, ts, version + 1);
+                cache.fill(key, ts, version + 1, &record_of(version));
+            } else {
+                cache.note(key, ts, &record_of(version));
+                cache.confirm(key, ts, Some(version + 1));
+            }
             i += 1;
         }
         stop.store(true, Ordering::Relaxed);

@@ -215,16 +215,36 @@ impl<S: Snapshot> MvccReader<S> {
     /// The record at exactly `key@commit_ts`, by point lookup (no cursor),
     /// if there is one.
     pub fn write_at(&mut self, key: &Key, commit_ts: TimeStamp) -> Result<Option<Write>> {
+        match self.write_record_at(key, commit_ts)? {
+            Some(bytes) => self.parse_write(key, commit_ts, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The bytes of the record at exactly `key@commit_ts`, unparsed.
+    pub(crate) fn write_record_at(
+        &mut self,
+        key: &Key,
+        commit_ts: TimeStamp,
+    ) -> Result<Option<Vec<u8>>> {
         self.seek_buf.clear();
         self.seek_buf.extend_from_slice(key.as_encoded());
         encode_u64_desc(&mut self.seek_buf, commit_ts.into_inner());
         self.statistics.write.get += 1;
-        match self.snapshot.get(Cf::Write, &self.seek_buf)? {
-            Some(bytes) => Write::parse(&bytes)
-                .map(Some)
-                .map_err(|e| Error::corruption(Cf::Write, &self.seek_buf, e)),
-            None => Ok(None),
-        }
+        Ok(self.snapshot.get(Cf::Write, &self.seek_buf)?)
+    }
+
+    /// `record`, the bytes of the record at `key@commit_ts`, parsed; a
+    /// `Corruption` error naming that key if they do not decode.
+    pub(crate) fn parse_write(
+        &self,
+        key: &Key,
+        commit_ts: TimeStamp,
+        record: &[u8],
+    ) -> Result<Write> {
+        Write::parse(record).map_err(|e| {
+            Error::corruption(Cf::Write, key.clone().append_ts(commit_ts).as_encoded(), e)
+        })
     }
 
     /// Whether the write-CF cursor of point reads is open: it reads the

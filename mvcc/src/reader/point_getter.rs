@@ -8,6 +8,10 @@
 //!    `ts`; Lock and Rollback records are stepped over;
 //! 3. the default CF, `key@start_ts`, only when the value was too long to be
 //!    inlined into the write record.
+//!
+//! With [`VersionHints`], step 2 is a point get of the key's newest data
+//! version instead of a seek, or no lookup at all when the hint carries
+//! the version's record.
 
 use percolate_engine::Snapshot;
 
@@ -37,15 +41,30 @@ use crate::{Key, LockType, Result, TimeStamp, WriteType};
 ///
 /// [`Engine::write_epoch`]: percolate_engine::Engine::write_epoch
 /// [`Engine::write_ts_ceiling`]: percolate_engine::Engine::write_ts_ceiling
+///
+/// A hint may also carry the version's record (the bytes at
+/// `key@commit_ts` in the write CF), so that the read makes no engine
+/// lookup at all. A record never changes once written; GC may remove it
+/// only when it is a Delete at or below the safe point, whose answer ("no
+/// value") is the same with or without it. A getter that looked a record
+/// up hands its bytes back ([`fill`](Self::fill)).
 pub trait VersionHints: Send + Sync {
     /// The newest data version of `key` known and the write epoch it was
-    /// confirmed at, if any.
-    fn newest_data_version(&self, key: &Key) -> Option<(TimeStamp, u64)>;
+    /// confirmed at, if any. When its record is known too, its bytes are
+    /// put in `record` (cleared first); `record` is left empty otherwise.
+    fn newest_data_version(&self, key: &Key, record: &mut Vec<u8>) -> Option<(TimeStamp, u64)>;
 
     /// A read found `version` to be the newest data version of `key` while
     /// the write epoch was `epoch`. Kept unless a newer version of the key
     /// is already noted.
     fn offer(&self, key: &Key, version: TimeStamp, epoch: u64);
+
+    /// A read looked up the `record` of the hint (`version`, `epoch`) of
+    /// `key`, which came without one: kept while that is still the hint.
+    /// Does nothing by default.
+    fn fill(&self, key: &Key, version: TimeStamp, epoch: u64, record: &[u8]) {
+        let _ = (key, version, epoch, record);
+    }
 }
 
 /// Builds a [`PointGetter`].
@@ -198,16 +217,22 @@ impl<S: Snapshot> PointGetter<S> {
         let Some(hints) = &self.hints else {
             return Ok(None);
         };
-        let Some((commit_ts, epoch)) = hints.newest_data_version(key) else {
+        let mut record = Vec::new();
+        let Some((commit_ts, epoch)) = hints.newest_data_version(key, &mut record) else {
             return Ok(None);
         };
         let current = self.reader.snapshot().write_epoch(key.as_encoded());
         if commit_ts > self.ts || current != Some(epoch) {
             return Ok(None);
         }
-        let Some(write) = self.reader.write_at(key, commit_ts)? else {
-            return Ok(None);
-        };
+        if record.is_empty() {
+            let Some(found) = self.reader.write_record_at(key, commit_ts)? else {
+                return Ok(None);
+            };
+            hints.fill(key, commit_ts, epoch, &found);
+            record = found;
+        }
+        let write = self.reader.parse_write(key, commit_ts, &record)?;
         if !write.as_ref().check_gc_fence_as_latest_version(self.ts) {
             return Ok(None);
         }
@@ -276,6 +301,9 @@ mod tests {
         type Iter = <MemorySnapshot as Snapshot>::Iter;
 
         fn get(&self, cf: Cf, key: &[u8]) -> percolate_engine::Result<Option<Vec<u8>>> {
+            if cf == Cf::Write {
+                self.log.lock().unwrap().push("get");
+            }
             self.inner.get(cf, key)
         }
 
@@ -301,7 +329,7 @@ mod tests {
     struct Offers(Mutex<Vec<(TimeStamp, u64)>>);
 
     impl VersionHints for Offers {
-        fn newest_data_version(&self, _: &Key) -> Option<(TimeStamp, u64)> {
+        fn newest_data_version(&self, _: &Key, _: &mut Vec<u8>) -> Option<(TimeStamp, u64)> {
             None
         }
 
@@ -342,5 +370,88 @@ mod tests {
             assert_eq!(getter.get(&key).unwrap(), Some(b"v".to_vec()));
             assert_eq!(offers.0.lock().unwrap().len(), 1, "{level:?}");
         }
+    }
+
+    /// Hints that hold one key's version and, once filled, its record.
+    #[derive(Default)]
+    struct OneHint(Mutex<Option<(TimeStamp, u64, Vec<u8>)>>);
+
+    impl VersionHints for OneHint {
+        fn newest_data_version(&self, _: &Key, record: &mut Vec<u8>) -> Option<(TimeStamp, u64)> {
+            let held = self.0.lock().unwrap();
+            let (version, epoch, held_record) = held.as_ref()?;
+            record.clear();
+            record.extend_from_slice(held_record);
+            Some((*version, *epoch))
+        }
+
+        fn offer(&self, _: &Key, version: TimeStamp, epoch: u64) {
+            *self.0.lock().unwrap() = Some((version, epoch, Vec::new()));
+        }
+
+        fn fill(&self, _: &Key, version: TimeStamp, epoch: u64, record: &[u8]) {
+            let mut held = self.0.lock().unwrap();
+            if let Some((v, e, r)) = held.as_mut() {
+                if (*v, *e) == (version, epoch) {
+                    *r = record.to_vec();
+                }
+            }
+        }
+    }
+
+    /// A hint without its record costs a point get of the record, which
+    /// the getter hands back; a hint with it costs no lookup at all, and
+    /// answers as the seek does: a Put's value, a Delete's nothing.
+    #[test]
+    fn a_hint_with_its_record_reads_nothing_from_the_engine() {
+        let engine = MemoryEngine::new();
+        let f = MvccFixture::new(engine.clone());
+        f.put_committed(b"k", b"v", 10, 11);
+        let key = Key::from_raw(b"k");
+        let hints = Arc::new(OneHint::default());
+        let epoch = engine.latest().write_epoch(key.as_encoded()).unwrap();
+        hints.offer(&key, TimeStamp::new(11), epoch);
+        let read = |hints: &Arc<OneHint>| {
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let view = Logged {
+                inner: engine.latest(),
+                log: log.clone(),
+            };
+            let value = PointGetterBuilder::new(view, TimeStamp::new(20))
+                .version_hints(hints.clone())
+                .build()
+                .get(&key)
+                .unwrap();
+            let log = log.lock().unwrap().clone();
+            (value, log)
+        };
+        let (value, log) = read(&hints);
+        assert_eq!(value, Some(b"v".to_vec()));
+        assert!(log.contains(&"get") && !log.contains(&"cursor"), "{log:?}");
+        let filled = hints.0.lock().unwrap().clone().unwrap().2;
+        assert_eq!(
+            crate::WriteRef::parse(&filled).unwrap().short_value,
+            Some(&b"v"[..])
+        );
+        let (value, log) = read(&hints);
+        assert_eq!(value, Some(b"v".to_vec()));
+        assert!(!log.contains(&"get") && !log.contains(&"cursor"), "{log:?}");
+        // A Delete's record answers "no value" by itself.
+        f.delete_committed(b"k", 30, 31);
+        let epoch = engine.latest().write_epoch(key.as_encoded()).unwrap();
+        let delete = crate::Write::new(WriteType::Delete, TimeStamp::new(30), None);
+        *hints.0.lock().unwrap() = Some((TimeStamp::new(31), epoch, delete.to_bytes()));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let view = Logged {
+            inner: engine.latest(),
+            log: log.clone(),
+        };
+        let value = PointGetterBuilder::new(view, TimeStamp::new(40))
+            .version_hints(hints.clone())
+            .build()
+            .get(&key)
+            .unwrap();
+        assert_eq!(value, None);
+        assert!(!log.lock().unwrap().contains(&"get"));
     }
 }

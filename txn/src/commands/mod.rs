@@ -21,7 +21,7 @@ mod resolve;
 mod write;
 
 use percolate_engine::{Engine, Snapshot, WriteBatch};
-use percolate_mvcc::{Key, MvccReader, MvccTxn, TimeStamp};
+use percolate_mvcc::{CommittedVersion, Key, MvccReader, MvccTxn, TimeStamp};
 
 pub use self::pessimistic::{AcquirePessimisticLock, PessimisticRollback};
 pub use self::prewrite::Prewrite;
@@ -64,7 +64,7 @@ pub struct WriteResult<T> {
     /// The data versions (Put and Delete commit records) the batch writes,
     /// each the newest of its key ([`MvccTxn::committed_versions`]): the
     /// region notes them as version hints before the batch is written.
-    pub committed: Vec<(Key, TimeStamp)>,
+    pub committed: Vec<CommittedVersion>,
 }
 
 impl<T> WriteResult<T> {

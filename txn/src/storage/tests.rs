@@ -323,7 +323,7 @@ fn hinted_version<E: Engine>(storage: &Storage<E>, key: &Key) -> Option<TimeStam
     storage
         .concurrency_manager()
         .version_hints()
-        .newest_data_version(key)
+        .newest_data_version(key, &mut Vec::new())
         .map(|(version, _)| version)
 }
 
