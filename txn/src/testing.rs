@@ -345,7 +345,7 @@ impl<E: Engine> TxnFixture<E> {
         options: &PessimisticLockOptions,
     ) -> Result<PessimisticLockKeyResult> {
         self.run(start_ts, |txn, reader| {
-            acquire_pessimistic_lock(txn, reader, key(k), should_not_exist, options)
+            acquire_pessimistic_lock(txn, reader, key(k), should_not_exist, options, None)
         })
     }
 
@@ -380,7 +380,7 @@ impl<E: Engine> TxnFixture<E> {
     ) -> Error {
         let options = Self::lock_options(primary, for_update_ts);
         self.run_err(start_ts, |txn, reader| {
-            acquire_pessimistic_lock(txn, reader, key(k), false, &options)
+            acquire_pessimistic_lock(txn, reader, key(k), false, &options, None)
         })
     }
 

@@ -221,6 +221,40 @@ impl<S: Snapshot> MvccReader<S> {
         }
     }
 
+    /// The newest data version of `key` (its Put or Delete record) and its
+    /// commit_ts, when `hints` know it, it is at or below `ts`, and the
+    /// engine's write epoch of the key is still the one it was confirmed
+    /// at; read from the hint's record or, without one, by a point get
+    /// (whose record is handed back to `hints`). `None`: no answer here.
+    /// Only over the latest data (see [`VersionHints`]). Records above the
+    /// data version (Lock, Rollback) are not looked at: the caller steps
+    /// over them as a seek would.
+    ///
+    /// [`VersionHints`]: crate::VersionHints
+    pub fn hinted_data_version(
+        &mut self,
+        key: &Key,
+        ts: TimeStamp,
+        hints: &dyn crate::VersionHints,
+    ) -> Result<Option<(TimeStamp, Write)>> {
+        let mut record = Vec::new();
+        let Some((commit_ts, epoch)) = hints.newest_data_version(key, &mut record) else {
+            return Ok(None);
+        };
+        if commit_ts > ts || self.snapshot.write_epoch(key.as_encoded()) != Some(epoch) {
+            return Ok(None);
+        }
+        if record.is_empty() {
+            let Some(found) = self.write_record_at(key, commit_ts)? else {
+                return Ok(None);
+            };
+            hints.fill(key, commit_ts, epoch, &found);
+            record = found;
+        }
+        let write = self.parse_write(key, commit_ts, &record)?;
+        Ok(Some((commit_ts, write)))
+    }
+
     /// The bytes of the record at exactly `key@commit_ts`, unparsed.
     pub(crate) fn write_record_at(
         &mut self,

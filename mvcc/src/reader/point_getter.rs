@@ -217,22 +217,9 @@ impl<S: Snapshot> PointGetter<S> {
         let Some(hints) = &self.hints else {
             return Ok(None);
         };
-        let mut record = Vec::new();
-        let Some((commit_ts, epoch)) = hints.newest_data_version(key, &mut record) else {
+        let Some((_, write)) = self.reader.hinted_data_version(key, self.ts, &**hints)? else {
             return Ok(None);
         };
-        let current = self.reader.snapshot().write_epoch(key.as_encoded());
-        if commit_ts > self.ts || current != Some(epoch) {
-            return Ok(None);
-        }
-        if record.is_empty() {
-            let Some(found) = self.reader.write_record_at(key, commit_ts)? else {
-                return Ok(None);
-            };
-            hints.fill(key, commit_ts, epoch, &found);
-            record = found;
-        }
-        let write = self.reader.parse_write(key, commit_ts, &record)?;
         if !write.as_ref().check_gc_fence_as_latest_version(self.ts) {
             return Ok(None);
         }

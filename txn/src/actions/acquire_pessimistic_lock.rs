@@ -15,7 +15,8 @@
 
 use percolate_engine::Snapshot;
 use percolate_mvcc::{
-    Key, Lock, LockType, MvccReader, MvccTxn, TimeStamp, Write, WriteConflictReason, WriteType,
+    Key, Lock, LockType, MvccReader, MvccTxn, TimeStamp, VersionHints, Write, WriteConflictReason,
+    WriteType,
 };
 
 use super::key_is_locked;
@@ -88,6 +89,7 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
     key: Key,
     should_not_exist: bool,
     options: &PessimisticLockOptions,
+    hints: Option<&dyn VersionHints>,
 ) -> Result<PessimisticLockKeyResult> {
     let start_ts = txn.start_ts();
     let for_update_ts = options.for_update_ts;
@@ -134,7 +136,24 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
     // for_update_ts, this transaction's own rollback) has a commit_ts at or
     // above the start_ts: where the engine's ts ceiling of the key is below
     // it, there is none, and only a request that wants the value reads.
-    let newest = if !should_not_exist && !wants_value && reader.no_write_since(&key, start_ts) {
+    // A request that wants the value and finds no record at or above its
+    // start_ts needs only the key's newest data version: from the version
+    // hints (`reader` reads the latest data), with no seek, when they have
+    // it. Records above it (a Lock, a Rollback) are below the start_ts and
+    // change nothing here but which version the value comes from, and the
+    // checks below step over them to that same version (a data version
+    // with a GC fence is left to the seek, which judges the fence where
+    // it finds the version).
+    let unwritten = !should_not_exist && reader.no_write_since(&key, start_ts);
+    let hinted = match hints {
+        Some(hints) if unwritten && wants_value => reader
+            .hinted_data_version(&key, start_ts, hints)?
+            .filter(|(_, write)| write.gc_fence.is_none()),
+        _ => None,
+    };
+    let newest = if hinted.is_some() {
+        hinted
+    } else if unwritten && !wants_value {
         None
     } else {
         reader.seek_write(&key, TimeStamp::max())?
@@ -285,6 +304,7 @@ mod tests {
             Key::from_raw(k),
             should_not_exist,
             &options,
+            None,
         );
         (outcome, reader.statistics().write.total())
     }
@@ -343,7 +363,82 @@ mod tests {
         assert!(reads > 0);
     }
 
+    /// A request for the value of a key with no record at or above its
+    /// start_ts takes the key's newest data version from the version hints:
+    /// with the hint's record, no write-CF read at all; without it, one
+    /// point get and no seek. The value is the one a seek gives, after a
+    /// Delete too.
+    fn value_requests_take_the_hinted_version<E: Engine>(engine: E) {
+        let f = TxnFixture::new(engine);
+        let hints = crate::versions::VersionCache::default();
+        let k = Key::from_raw(b"k");
+        let commit = |start: u64, commit: u64, value: Option<&[u8]>, record: bool| {
+            match value {
+                Some(v) => f.must_prewrite_put(b"k", v, b"k", start),
+                None => f.must_prewrite_delete(b"k", b"k", start),
+            }
+            f.must_commit(b"k", start, commit);
+            let write = match value {
+                Some(v) => Write::new(WriteType::Put, TimeStamp::new(start), Some(v.to_vec())),
+                None => Write::new(WriteType::Delete, TimeStamp::new(start), None),
+            };
+            let bytes = if record { write.to_bytes() } else { Vec::new() };
+            hints.note(&k, TimeStamp::new(commit), &bytes);
+            let epoch = f.engine().write_epoch(k.as_encoded());
+            hints.confirm(&k, TimeStamp::new(commit), epoch);
+        };
+        let lock = |start_ts: u64| {
+            let mut options = TxnFixture::<E>::lock_options(b"k", start_ts);
+            options.return_value = true;
+            let mut txn = MvccTxn::new(TimeStamp::new(start_ts));
+            let mut reader = MvccReader::new(f.engine().latest());
+            let outcome = acquire_pessimistic_lock(
+                &mut txn,
+                &mut reader,
+                k.clone(),
+                false,
+                &options,
+                Some(&hints),
+            )
+            .unwrap();
+            let stats = &reader.statistics().write;
+            (outcome, stats.get, stats.total() - stats.get)
+        };
+        let value = |v: &[u8]| PessimisticLockKeyResult::Value(Some(v.to_vec()));
+        commit(10, 11, Some(b"v1"), true);
+        assert_eq!(lock(20), (value(b"v1"), 0, 0));
+        commit(30, 31, Some(b"v2"), false);
+        assert_eq!(lock(40), (value(b"v2"), 1, 0));
+        // The record it read is kept: the next request reads nothing.
+        assert_eq!(lock(41), (value(b"v2"), 0, 0));
+        // A Rollback record above the data, written past the hints, moves
+        // the key's write epoch: the request seeks, and steps over it.
+        f.must_rollback(b"k", 50);
+        let (outcome, _, seeks) = lock(60);
+        assert_eq!(outcome, value(b"v2"));
+        assert!(seeks > 0);
+        commit(70, 71, None, true);
+        assert_eq!(lock(80), (PessimisticLockKeyResult::Value(None), 0, 0));
+        // Where a record is at or above the start_ts, the request seeks
+        // (and finds the conflict).
+        commit(90, 91, Some(b"v3"), true);
+        let mut options = TxnFixture::<E>::lock_options(b"k", 95);
+        options.return_value = true;
+        let mut reader = MvccReader::new(f.engine().latest());
+        let outcome = acquire_pessimistic_lock(
+            &mut MvccTxn::new(TimeStamp::new(85)),
+            &mut reader,
+            k.clone(),
+            false,
+            &options,
+            Some(&hints),
+        );
+        assert!(matches!(outcome, Ok(PessimisticLockKeyResult::Value(Some(ref v))) if v == b"v3"));
+        assert!(reader.statistics().write.total() > reader.statistics().write.get);
+    }
+
     crate::testing::on_both_engines! {
         conflict_check_reads_only_below_the_ceiling => conflict_check_reads_only_below_the_ceiling;
+        value_requests_take_the_hinted_version => value_requests_take_the_hinted_version;
     }
 }

@@ -141,10 +141,11 @@ impl WriteCommand for AcquirePessimisticLock {
         let (keys, inserts): (Vec<Key>, Vec<bool>) = self.keys.into_iter().unzip();
         // `for_each_key` visits the keys in order.
         let mut inserts = inserts.into_iter();
+        let hints = ctx.cm.version_hints();
         let (txn, results) =
             for_each_key(ctx.snapshot, self.start_ts, keys, |txn, reader, key| {
                 let insert = inserts.next().unwrap_or(false);
-                acquire_pessimistic_lock(txn, reader, key, insert, &options)
+                acquire_pessimistic_lock(txn, reader, key, insert, &options, Some(&*hints))
             })?;
         Ok(WriteResult::new(txn, results))
     }
