@@ -275,6 +275,18 @@ impl VersionCache {
         (&slots[key.slot], shard.writer.lock())
     }
 
+    /// [`slot_mut`](Self::slot_mut) for what readers hand over (offers,
+    /// records): only if no other writer holds the shard. A hint is only
+    /// ever an optimisation, and a reader that waited for a writer
+    /// preempted under the mutex would wait out its time slice.
+    fn slot_mut_if_free(&self, key: &Packed) -> Option<(&Slot, parking_lot::MutexGuard<'_, ()>)> {
+        let shard = &self.shards[key.shard];
+        let slots = shard
+            .slots
+            .get_or_init(|| (0..SLOTS_PER_SHARD).map(|_| Slot::default()).collect());
+        Some((&slots[key.slot], shard.writer.try_lock()?))
+    }
+
     /// Notes that `key`'s newest data version is (about to be) `commit_ts`,
     /// unconfirmed, with its `record`. Called before the record is written.
     pub(crate) fn note(&self, key: &Key, commit_ts: TimeStamp, record: &[u8]) {
@@ -329,7 +341,9 @@ impl VersionHints for VersionCache {
         let Some(key) = Packed::new(key) else {
             return;
         };
-        let (slot, _writer) = self.slot_mut(&key);
+        let Some((slot, _writer)) = self.slot_mut_if_free(&key) else {
+            return;
+        };
         let held = slot.held();
         // A commit noted this version or a newer one: its confirmation (or
         // its failure) decides.
@@ -343,7 +357,9 @@ impl VersionHints for VersionCache {
         let (Some(key), Some(record)) = (Packed::new(key), PackedRecord::new(record)) else {
             return;
         };
-        let (slot, _writer) = self.slot_mut(&key);
+        let Some((slot, _writer)) = self.slot_mut_if_free(&key) else {
+            return;
+        };
         let held = slot.held();
         if key.is_held_in(&held)
             && held.version == version.into_inner()
