@@ -66,10 +66,7 @@ impl Truth<'_> {
             .filter(|r| matches!(r.write_type, WriteType::Put | WriteType::Delete))
             .max_by_key(|r| r.commit_ts)?;
         let txn = self.txn_of.get(&newest.start_ts.into_inner())?;
-        self.history.txns[*txn]
-            .writes
-            .get(key)
-            .and_then(Op::value)
+        self.history.txns[*txn].writes.get(key).and_then(Op::value)
     }
 
     /// The writer named by a value's tag (`t{id}.key`).
@@ -170,7 +167,9 @@ fn check_transactions(truth: &Truth<'_>, out: &mut Vec<String>) {
         }
         if let Outcome::Committed(c) = txn.outcome {
             if !txn.writes.is_empty() && !records.iter().any(|r| r.commit_ts == c) {
-                out.push(format!("{name} was acknowledged at {c} but is not committed there"));
+                out.push(format!(
+                    "{name} was acknowledged at {c} but is not committed there"
+                ));
             }
         }
         let Some(first) = records.first() else {
@@ -253,7 +252,9 @@ fn check_read(truth: &Truth<'_>, keys: &[Vec<u8>], obs: &Observation, out: &mut 
         ReadKind::Rc => (obs.ts, Some(obs.step)),
         ReadKind::Latest => (TimeStamp::max(), Some(obs.step)),
     };
-    let who = obs.txn.map_or("a snapshot".to_string(), |t| format!("t{t}"));
+    let who = obs
+        .txn
+        .map_or("a snapshot".to_string(), |t| format!("t{t}"));
     match &obs.read {
         Read::Get { key, value } => {
             let want = truth.value_at(key, ts, step);

@@ -33,6 +33,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use percolate_mvcc::{Key, TimeStamp, WriteConflictReason};
+use percolate_txn::Error;
 use percolate_txn::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
 use percolate_txn::actions::prewrite::{
     Mutation, PessimisticAction, PrewriteResult, TransactionKind,
@@ -40,7 +41,6 @@ use percolate_txn::actions::prewrite::{
 use percolate_txn::commands::{
     AcquirePessimisticLock, Commit, PessimisticRollback, Prewrite, Unlock,
 };
-use percolate_txn::Error;
 
 use crate::history::{Observation, Op, Outcome, Read, ReadKind, TxnRecord, show};
 use crate::world::{World, into_lock};
@@ -64,7 +64,12 @@ pub(crate) struct TxnOptions {
 #[derive(Clone, Debug)]
 pub(crate) enum Planned {
     Get(Vec<u8>),
-    Scan { start: Vec<u8>, end: Vec<u8>, limit: usize, reverse: bool },
+    Scan {
+        start: Vec<u8>,
+        end: Vec<u8>,
+        limit: usize,
+        reverse: bool,
+    },
     Put(Vec<u8>),
     Delete(Vec<u8>),
     Insert(Vec<u8>),
@@ -169,7 +174,12 @@ impl SimTxn {
                     let n = w.params.keys.len();
                     let (a, b) = (w.rng.index(n), w.rng.index(n + 1));
                     let start = w.params.keys[a.min(b)].clone();
-                    let end = w.params.keys.get(a.max(b)).cloned().unwrap_or(b"l".to_vec());
+                    let end = w
+                        .params
+                        .keys
+                        .get(a.max(b))
+                        .cloned()
+                        .unwrap_or(b"l".to_vec());
                     Planned::Scan {
                         start,
                         end,
@@ -222,7 +232,11 @@ impl SimTxn {
                 if o.one_pc { " one_pc" } else { "" },
                 o.max_batch_keys,
                 o.max_async_commit_keys,
-                if txn.beats_stalled { " stalled_heart_beats" } else { "" },
+                if txn.beats_stalled {
+                    " stalled_heart_beats"
+                } else {
+                    ""
+                },
                 World::fmt_ts(start_ts)
             ));
         }
@@ -284,9 +298,9 @@ impl SimTxn {
         self.last_beat_ms = now_ms;
         let now = w.get_ts();
         let advise_ttl = now.physical().saturating_sub(self.start_ts.physical()) + ttl_ms;
-        let result = w
-            .storage(&primary)
-            .txn_heart_beat(Key::from_raw(&primary), self.start_ts, advise_ttl);
+        let result =
+            w.storage(&primary)
+                .txn_heart_beat(Key::from_raw(&primary), self.start_ts, advise_ttl);
         if w.tracing() {
             let answer = match result {
                 Ok(ttl) => format!("ok: ttl={ttl}"),
@@ -313,7 +327,10 @@ impl SimTxn {
                 limit,
                 reverse,
             } => self.scan(w, start, end, *limit, *reverse),
-            Planned::Put(key) | Planned::Delete(key) | Planned::Insert(key) | Planned::LockKey(key)
+            Planned::Put(key)
+            | Planned::Delete(key)
+            | Planned::Insert(key)
+            | Planned::LockKey(key)
                 if !self.pessimistic =>
             {
                 let new = match &op {
@@ -445,10 +462,7 @@ impl SimTxn {
             Planned::GetForUpdate(k) => (k, true, false),
             _ => unreachable!("reads are not pessimistic ops"),
         };
-        let buffers_write = self
-            .buffer
-            .get(key)
-            .is_some_and(|op| *op != Op::Lock);
+        let buffers_write = self.buffer.get(key).is_some_and(|op| *op != Op::Lock);
         if matches!(op, Planned::GetForUpdate(_)) && buffers_write && self.locked.contains(key) {
             return Ok(true);
         }
@@ -658,7 +672,10 @@ impl SimTxn {
         for (region, mutations) in by_region {
             let mut rest = mutations.into_iter().peekable();
             while rest.peek().is_some() {
-                let chunk = rest.by_ref().take(self.opts.max_batch_keys.max(1)).collect();
+                let chunk = rest
+                    .by_ref()
+                    .take(self.opts.max_batch_keys.max(1))
+                    .collect();
                 batches.push(Batch {
                     region,
                     mutations: chunk,
@@ -848,7 +865,11 @@ impl SimTxn {
                 }
             }
             Protocol::AsyncCommit if results.iter().all(|r| !r.min_commit_ts.is_zero()) => {
-                let commit_ts = results.iter().map(|r| r.min_commit_ts).max().unwrap_or_default();
+                let commit_ts = results
+                    .iter()
+                    .map(|r| r.min_commit_ts)
+                    .max()
+                    .unwrap_or_default();
                 let left = c.keys_by_region.iter().cloned().collect();
                 self.acknowledge(w, commit_ts, "async commit");
                 self.phase = Phase::CommitSecondaries { commit_ts, left };
@@ -901,7 +922,10 @@ impl SimTxn {
                         .keys_by_region
                         .iter()
                         .map(|(r, keys)| {
-                            (*r, keys.iter().filter(|k| **k != primary).cloned().collect())
+                            (
+                                *r,
+                                keys.iter().filter(|k| **k != primary).cloned().collect(),
+                            )
                         })
                         .filter(|(_, keys): &(usize, Vec<Key>)| !keys.is_empty())
                         .collect();

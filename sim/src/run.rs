@@ -76,10 +76,7 @@ fn snapshot_read(w: &mut World) {
         0..=34 | 80..=89 => (ReadKind::Si, random),
         35..=49 | 90..=99 => (ReadKind::Si, fresh),
         50..=64 => (ReadKind::Latest, TimeStamp::max()),
-        _ => (
-            ReadKind::Rc,
-            if w.rng.chance(500) { random } else { fresh },
-        ),
+        _ => (ReadKind::Rc, if w.rng.chance(500) { random } else { fresh }),
     };
     let keys = w.params.keys.clone();
     let read = if roll >= 80 {
@@ -98,8 +95,17 @@ fn snapshot_read(w: &mut World) {
     } else {
         let key = keys[w.rng.index(keys.len())].clone();
         w.read_get(&key, ts, kind)
-            .map(|value| Read::Get { key: key.clone(), value })
-            .map_err(|why| format!("get {} ts={} -> {why}", String::from_utf8_lossy(&key), World::fmt_ts(ts)))
+            .map(|value| Read::Get {
+                key: key.clone(),
+                value,
+            })
+            .map_err(|why| {
+                format!(
+                    "get {} ts={} -> {why}",
+                    String::from_utf8_lossy(&key),
+                    World::fmt_ts(ts)
+                )
+            })
     };
     match read {
         Ok(read) => {
@@ -174,7 +180,13 @@ fn crash(w: &mut World, slots: &mut [Option<SimTxn>]) {
         let (locks, _) = w.leftover_locks();
         let shown: Vec<String> = locks
             .iter()
-            .map(|l| format!("{}@{}", String::from_utf8_lossy(&l.key), World::fmt_ts(l.lock_version)))
+            .map(|l| {
+                format!(
+                    "{}@{}",
+                    String::from_utf8_lossy(&l.key),
+                    World::fmt_ts(l.lock_version)
+                )
+            })
             .collect();
         w.note(format!("  locks after the restart: [{}]", shown.join(" ")));
     }
@@ -204,7 +216,10 @@ fn gc(w: &mut World, slots: &[Option<SimTxn>]) {
             Ok(info) => format!("ok: deleted {} versions", info.deleted_versions),
             Err(e) => format!("error: {e}"),
         };
-        w.note(format!("> gc safe_point={} -> {answer}", World::fmt_ts(safe_point)));
+        w.note(format!(
+            "> gc safe_point={} -> {answer}",
+            World::fmt_ts(safe_point)
+        ));
     }
 }
 
@@ -276,7 +291,10 @@ fn quiesce(w: &mut World, slots: &mut [Option<SimTxn>]) -> (Vec<String>, bool) {
     w.begin_step(step);
     let keys = w.params.keys.clone();
     for key in &keys {
-        for (kind, ts) in [(ReadKind::Latest, TimeStamp::max()), (ReadKind::Si, w.get_ts())] {
+        for (kind, ts) in [
+            (ReadKind::Latest, TimeStamp::max()),
+            (ReadKind::Si, w.get_ts()),
+        ] {
             match w.read_get(key, ts, kind) {
                 Ok(value) => {
                     let obs = Observation {
@@ -294,9 +312,9 @@ fn quiesce(w: &mut World, slots: &mut [Option<SimTxn>]) -> (Vec<String>, bool) {
                     }
                     w.history.observations.push(obs);
                 }
-                Err(why) if locks.is_empty() => w
-                    .harness_errors
-                    .push(format!("a final read failed: {why}")),
+                Err(why) if locks.is_empty() => {
+                    w.harness_errors.push(format!("a final read failed: {why}"))
+                }
                 Err(_) => {}
             }
         }

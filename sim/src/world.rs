@@ -19,10 +19,13 @@ use percolate_txn::scheduler::SchedulerConfig;
 use percolate_txn::storage::{Storage, StorageConfig};
 use percolate_txn::{Error, Result};
 
+use crate::SimConfig;
 use crate::engine::{SimEngine, WriteHook};
 use crate::history::{History, Observation, Read, ReadKind};
 use crate::rng::Rng;
-use crate::SimConfig;
+
+/// The raw pairs a range read returns.
+pub(crate) type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// The clock's reading when a simulation starts (ms); traces print times
 /// relative to it.
@@ -138,7 +141,9 @@ fn oracle_dir() -> tempfile::TempDir {
             return dir;
         }
     }
-    builder.tempdir().expect("a temporary directory for the oracle")
+    builder
+        .tempdir()
+        .expect("a temporary directory for the oracle")
 }
 
 impl World {
@@ -204,11 +209,7 @@ impl World {
         } else if ts.is_zero() {
             "0".into()
         } else {
-            format!(
-                "{}.{}",
-                ts.physical() as i64 - BASE_MS as i64,
-                ts.logical()
-            )
+            format!("{}.{}", ts.physical() as i64 - BASE_MS as i64, ts.logical())
         }
     }
 
@@ -318,7 +319,10 @@ impl World {
     /// could see): it must either be blocked by the region's memory lock,
     /// or read what the commit's timestamp makes right.
     fn install_race_hook(&mut self) {
-        let regions: Vec<(Vec<u8>, percolate_txn::concurrency_manager::ConcurrencyManager)> = self
+        let regions: Vec<(
+            Vec<u8>,
+            percolate_txn::concurrency_manager::ConcurrencyManager,
+        )> = self
             .client()
             .cluster()
             .regions()
@@ -450,13 +454,16 @@ impl World {
                 options: options.clone(),
             };
             let locks = match self.storage(key).read(get) {
+                Ok(value) if planted::lose_values() => return Ok(value.and(None)),
                 Ok(value) => return Ok(value),
                 Err(e) => match into_lock(e) {
                     Ok(lock) => vec![lock],
                     Err(e) => return Err(format!("error: {e}")),
                 },
             };
-            let (alive, more) = self.resolve(&locks, ts).map_err(|e| format!("error: {e}"))?;
+            let (alive, more) = self
+                .resolve(&locks, ts)
+                .map_err(|e| format!("error: {e}"))?;
             if !alive.is_empty() {
                 return Err("blocked".into());
             }
@@ -476,7 +483,7 @@ impl World {
         reverse: bool,
         ts: TimeStamp,
         kind: ReadKind,
-    ) -> std::result::Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+    ) -> std::result::Result<Pairs, String> {
         let mut pieces: Vec<(Vec<u8>, Vec<u8>)> = self
             .client()
             .cluster()
@@ -518,7 +525,7 @@ impl World {
         lower: &[u8],
         request: ScanRequest,
         kind: ReadKind,
-    ) -> std::result::Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+    ) -> std::result::Result<Pairs, String> {
         let mut options = read_options(kind);
         let mut pushed: Vec<TimeStamp> = Vec::new();
         let ts = request.ts;
@@ -533,10 +540,8 @@ impl World {
                 Ok(entries) => {
                     for entry in entries {
                         match entry {
-                            Ok((key, value)) => pairs.push((
-                                key.into_raw().map_err(|e| format!("error: {e}"))?,
-                                value,
-                            )),
+                            Ok((key, value)) => pairs
+                                .push((key.into_raw().map_err(|e| format!("error: {e}"))?, value)),
                             Err(e) => locks.push(into_lock(e).map_err(|e| format!("error: {e}"))?),
                         }
                     }
@@ -546,7 +551,9 @@ impl World {
             if locks.is_empty() {
                 return Ok(pairs);
             }
-            let (alive, more) = self.resolve(&locks, ts).map_err(|e| format!("error: {e}"))?;
+            let (alive, more) = self
+                .resolve(&locks, ts)
+                .map_err(|e| format!("error: {e}"))?;
             if !alive.is_empty() {
                 return Err("blocked".into());
             }
@@ -604,5 +611,28 @@ pub(crate) fn into_lock(e: Error) -> std::result::Result<LockInfo, Error> {
     match e {
         Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info)) => Ok(*info),
         other => Err(other),
+    }
+}
+
+/// A bug planted for the simulator's own tests: point reads lose every
+/// value they find. Never set outside them.
+pub(crate) mod planted {
+    #[cfg(test)]
+    thread_local! {
+        static LOSE_VALUES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Whether point reads lose their values (only ever in tests).
+    pub(crate) fn lose_values() -> bool {
+        #[cfg(test)]
+        return LOSE_VALUES.with(std::cell::Cell::get);
+        #[cfg(not(test))]
+        false
+    }
+
+    /// Plants (or removes) the bug on this thread.
+    #[cfg(test)]
+    pub(crate) fn set_lose_values(on: bool) {
+        LOSE_VALUES.with(|c| c.set(on));
     }
 }

@@ -2,7 +2,8 @@
 //! from the environment, and the proof that a seed replays byte for byte.
 //!
 //! * `PERCOLATE_SIM_SEEDS=<n>`: how many seeds `bounded_seeds_pass` runs
-//!   (default 64: about a minute in a debug build); `PERCOLATE_SIM_FIRST_SEED`
+//!   (default 200: seconds in a release build, well under a minute in a
+//!   debug one); `PERCOLATE_SIM_FIRST_SEED`
 //!   where they start (default 0).
 //! * `PERCOLATE_SIM_SEED=<seed>` (and `PERCOLATE_SIM_CONFIG=<config>`):
 //!   `replay` runs that seed, prints its trace and fails if it fails.
@@ -33,7 +34,7 @@ fn a_seed_replays_byte_for_byte() {
 
 #[test]
 fn bounded_seeds_pass() {
-    let count = env_u64("PERCOLATE_SIM_SEEDS", 64);
+    let count = env_u64("PERCOLATE_SIM_SEEDS", 200);
     let first = env_u64("PERCOLATE_SIM_FIRST_SEED", 0);
     let config = SimConfig::default();
     let (mut txns, mut reads) = (0, 0);
@@ -53,7 +54,10 @@ fn bounded_seeds_pass() {
             );
         }
     }
-    assert!(txns > count as usize, "{txns} transactions in {count} seeds");
+    assert!(
+        txns > count as usize,
+        "{txns} transactions in {count} seeds"
+    );
     assert!(reads > count as usize, "{reads} reads in {count} seeds");
 }
 

@@ -2,7 +2,7 @@
 //! (`percolate-sim`) on several threads, with a progress bar; prints the
 //! seeds per second and every failing seed, the first one shrunk to a
 //! short trace. Built only with the `sim` feature of `percolate-tools`
-//! (it turns on the `test-util` seams of `percolate-txn`, which no other
+//! (it turns on the `sim` seams of `percolate-txn`, which no other
 //! build of the tools carries):
 //!
 //! ```text

@@ -531,10 +531,11 @@ impl LocalOracle {
     }
 }
 
-/// The deterministic simulator's seam (`percolate-sim`), in test builds
-/// only: an oracle whose ticker is a method the simulation calls, and a
-/// crash that skips the clean close. A default build has none of this.
-#[cfg(any(test, feature = "test-util"))]
+/// The deterministic simulator's seam (`percolate-sim`), with the `sim`
+/// feature only: an oracle whose ticker is a method the simulation calls,
+/// and a crash that skips the clean close. A default build has none of
+/// this.
+#[cfg(any(test, feature = "sim"))]
 impl LocalOracle {
     /// Opens the oracle as [`open_above`](Self::open_above) does, without
     /// the ticker thread: the counter follows the clock only when

@@ -1,5 +1,5 @@
-//! The deterministic simulator's seam (`percolate-sim`), in test builds
-//! only: the client's real lock resolver, called one round at a time, so
+//! The deterministic simulator's seam (`percolate-sim`), in builds with
+//! the `sim` feature only: the client's real lock resolver, called one round at a time, so
 //! that a simulated client which meets a lock resolves it exactly as a
 //! [`Client`] does, without the backoff loop (which sleeps on the wall
 //! clock) around it.
