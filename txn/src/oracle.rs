@@ -547,6 +547,9 @@ impl LocalOracle {
         floor: TimeStamp,
     ) -> Result<Self> {
         let mut oracle = Self::open_above(dir, clock, floor)?;
+        // Stopped at once. Had it ticked meanwhile, nothing changed: the
+        // counter already starts at or above the clock, and the limit was
+        // just persisted a whole window ahead of it.
         drop(oracle.ticker.take());
         Ok(oracle)
     }

@@ -33,7 +33,7 @@ mod pessimistic;
 mod raw;
 mod resolver;
 mod scan;
-// The deterministic simulator's seam: test builds only.
+// The deterministic simulator's seam: builds with the `sim` feature only.
 #[cfg(any(test, feature = "sim"))]
 mod sim_seam;
 mod snapshot;
