@@ -43,7 +43,8 @@ pub struct EngineLog {
     pub step: u64,
     /// Every commit record written, in write order.
     pub records: Vec<CommitRecord>,
-    /// The latest record per (raw key, ts): where it is in `records`.
+    /// The record in the engine per (raw key, ts), while it is there:
+    /// where it is in `records`.
     slots: BTreeMap<(Vec<u8>, u64), usize>,
     /// Records that replaced another transaction's commit record.
     pub violations: Vec<String>,
@@ -53,13 +54,24 @@ impl EngineLog {
     /// Notes the write-CF puts of a written batch.
     fn note(&mut self, batch: &WriteBatch) {
         for modify in batch.modifies() {
-            let Modify::Put {
-                cf: Cf::Write,
-                key,
-                value,
-            } = modify
-            else {
-                continue;
+            let (key, value) = match modify {
+                Modify::Put {
+                    cf: Cf::Write,
+                    key,
+                    value,
+                } => (key, value),
+                // A record GC (or a rollback's collapse) deleted: what is
+                // written at its place later replaces nothing.
+                Modify::Delete { cf: Cf::Write, key } => {
+                    if let Ok((user, ts)) = Key::split_on_ts_for(key) {
+                        let raw = Key::from_encoded_slice(user)
+                            .into_raw()
+                            .unwrap_or_else(|_| user.to_vec());
+                        self.slots.remove(&(raw, ts.into_inner()));
+                    }
+                    continue;
+                }
+                _ => continue,
             };
             let (Ok((user, ts)), Ok(write)) = (Key::split_on_ts_for(key), Write::parse(value))
             else {
