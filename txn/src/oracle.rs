@@ -531,6 +531,48 @@ impl LocalOracle {
     }
 }
 
+/// The deterministic simulator's seam (`percolate-sim`), with the `sim`
+/// feature only: an oracle whose ticker is a method the simulation calls,
+/// and a crash that skips the clean close. A default build has none of
+/// this.
+#[cfg(any(test, feature = "sim"))]
+impl LocalOracle {
+    /// Opens the oracle as [`open_above`](Self::open_above) does, without
+    /// the ticker thread: the counter follows the clock only when
+    /// [`tick`](Self::tick) is called, so a single-threaded simulation
+    /// decides when that happens.
+    pub fn open_manual(
+        dir: impl AsRef<Path>,
+        clock: Arc<dyn Clock>,
+        floor: TimeStamp,
+    ) -> Result<Self> {
+        let mut oracle = Self::open_above(dir, clock, floor)?;
+        // Stopped at once. Had it ticked meanwhile, nothing changed: the
+        // counter already starts at or above the clock, and the limit was
+        // just persisted a whole window ahead of it.
+        drop(oracle.ticker.take());
+        Ok(oracle)
+    }
+
+    /// One step of the ticker: moves the counter up to the clock and
+    /// extends the durable limit when the clock nears it.
+    pub fn tick(&self) {
+        self.shared.tick();
+    }
+
+    /// Drops the oracle as a crash would: the durable limit stays where it
+    /// is on disk (a clean drop lowers it to just above the last timestamp
+    /// handed out), so a reopen starts above it.
+    pub fn crash(mut self) {
+        drop(self.ticker.take());
+        // With the counter at the top, the drop finds nothing to lower:
+        // the file keeps the limit the crash found there.
+        self.shared
+            .last
+            .store(ts_of_physical(MAX_PHYSICAL), Ordering::SeqCst);
+    }
+}
+
 impl TimestampOracle for LocalOracle {
     #[inline]
     fn get_ts(&self) -> Result<TimeStamp> {

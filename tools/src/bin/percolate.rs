@@ -3,6 +3,7 @@
 //! ```text
 //! percolate --dir DATA put alice 100        # one transaction per command
 //! percolate --dir DATA get alice
+//! percolate sim --seeds 100000              # the simulator (`--features sim`)
 //! percolate --dir DATA scan --start a --end z --limit 10 [--reverse]
 //! percolate --dir DATA delete alice
 //! percolate --dir DATA mvcc alice           # every lock, write and value of the key
@@ -37,6 +38,11 @@ use std::io::Write;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+// `percolate sim` (the `sim` feature): the simulator's seeds.
+#[cfg(feature = "sim")]
+#[path = "../sim_command.rs"]
+mod sim;
 
 use clap::{Args, Parser, Subcommand};
 use percolate::engine::WalRecovery;
@@ -147,6 +153,11 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         from: PathBuf,
     },
+    /// Runs seeds of the deterministic simulator on several threads (no
+    /// `--dir`): every failing seed is printed, the first one shrunk to a
+    /// short trace, with the command that replays it.
+    #[cfg(feature = "sim")]
+    Sim(sim::SimArgs),
 }
 
 #[derive(Debug, Args)]
@@ -283,6 +294,11 @@ impl Opening {
 
 fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
     let codec = Codec { hex: cli.hex };
+    #[cfg(feature = "sim")]
+    let cli = match cli.command {
+        Command::Sim(args) => return sim::run(args, out),
+        command => Cli { command, ..cli },
+    };
     let Some(dir) = cli.dir else {
         return Err("--dir DIR is required".into());
     };
@@ -581,6 +597,8 @@ impl Decoded {
             }
             Command::Raw(RawCommand::Delete { key }) => Decoded::RawDelete(d(&key)?),
             Command::Raw(RawCommand::Scan(args)) => Decoded::RawScan(Range::new(args, codec)?),
+            #[cfg(feature = "sim")]
+            Command::Sim(_) => unreachable!("run before the directory is opened"),
             Command::Gc { .. }
             | Command::Repair
             | Command::Stats

@@ -53,8 +53,16 @@ impl<E: Engine> Client<E> {
                 key: None,
             });
         }
+        // Every region's locks first, as automatic GC does: a lock in a
+        // later region may belong to a transaction whose primary is in an
+        // earlier one, and collecting that region first could delete the
+        // primary's commit record (a Lock record, or a Put overwritten
+        // below the safe point) that the lock's resolution needs; it would
+        // then roll back a committed transaction's secondary.
         for region in self.cluster().regions() {
             self.resolve_locks_below(region, safe_point)?;
+        }
+        for region in self.cluster().regions() {
             let end = region.end_key().map(key);
             let info = region
                 .storage()

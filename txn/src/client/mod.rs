@@ -33,6 +33,9 @@ mod pessimistic;
 mod raw;
 mod resolver;
 mod scan;
+// The deterministic simulator's seam: builds with the `sim` feature only.
+#[cfg(any(test, feature = "sim"))]
+mod sim_seam;
 mod snapshot;
 mod transaction;
 
@@ -53,6 +56,8 @@ pub use self::keyspace::{
 pub use self::pessimistic::PessimisticTransaction;
 pub use self::raw::{RawClient, RawScanIter};
 pub use self::scan::{FIRST_BATCH, Keys, MAX_BATCH, Scan};
+#[cfg(any(test, feature = "sim"))]
+pub use self::sim_seam::ResolveRound;
 pub use self::snapshot::Snapshot;
 pub use self::transaction::{CommitInfo, CommitOptions, CommitProtocol, Transaction};
 
