@@ -1,6 +1,9 @@
 //! The RocksDB engine: the real default.
 //!
-//! One RocksDB instance holds the three column families. Like TiKV's
+//! One RocksDB instance holds the column families ([`Cf::ALL`]: the three
+//! of TiKV's format, `raw`, and `notify` for observers' notifications; a
+//! database made before `notify` existed gets it at its next open, and a
+//! read-only open of one goes without it). Like TiKV's
 //! raftstore, every key is stored behind the one-byte data prefix `z`
 //! ([`DATA_PREFIX`]), so the files on disk carry the same keys a TiKV store
 //! would, and the key space below `z` stays free for local metadata. The
@@ -13,6 +16,7 @@
 //! | `write` | prefix bloom on the key without its 8-byte ts, in SSTs and in the memtable | a point read seeks `key+read_ts` and must skip every file that has no version of `key` |
 //! | `lock` | whole-key bloom, in SSTs and in the memtable | prewrite and reads probe one lock per key, mostly absent |
 //! | `default` | whole-key bloom, in SSTs and in the memtable | long values are fetched by exact `key+start_ts` |
+//! | `raw`, `notify` | whole-key bloom, in SSTs and in the memtable | as `lock`: point probes, scans of few entries |
 //!
 //! **Pessimistic locks are kept in memory only**, as TiKV keeps them by
 //! default since 6.0 ("in-memory pessimistic locks"): a lock-CF record
@@ -338,8 +342,20 @@ impl RocksEngine {
         }
         let cache = Cache::new_lru_cache(options.block_cache_bytes);
         let gc = Arc::new(gc_filter::GcShared::default());
+        // A read-only open cannot create a column family: one made before
+        // `notify` existed is opened without it (and holds no
+        // notification).
+        let present = if read_only {
+            DB::list_cf(&Options::default(), &path).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let opened_cfs: Vec<Cf> = Cf::ALL
+            .into_iter()
+            .filter(|cf| !read_only || *cf != Cf::Notify || present.iter().any(|n| n == cf.name()))
+            .collect();
         let open = |mode| {
-            let cfs = Cf::ALL
+            let cfs = opened_cfs
                 .iter()
                 .map(|&cf| {
                     let mut opts = cf_options(cf, options, &cache)?;
@@ -390,7 +406,7 @@ impl RocksEngine {
             }
             other => other?,
         };
-        for cf in Cf::ALL {
+        for cf in opened_cfs {
             if db.cf_handle(cf.name()).is_none() {
                 return Err(Error::MissingColumnFamily { cf: cf.name() });
             }
@@ -457,7 +473,11 @@ impl RocksEngine {
     /// keep the flushed memtables in memory until their next use.
     pub fn flush(&self) -> Result<()> {
         for cf in Cf::ALL {
-            self.inner.db.flush_cf(handle(&self.inner.db, cf)?)?;
+            // `notify` may be missing from a read-only open of an old
+            // database.
+            if let Some(cf) = self.inner.db.cf_handle(cf.name()) {
+                self.inner.db.flush_cf(cf)?;
+            }
         }
         self.cursors.clear();
         Ok(())
@@ -727,6 +747,12 @@ impl RocksEngine {
             handle(db, Cf::ALL[2])?,
             handle(db, Cf::ALL[3])?,
         ];
+        // `notify` (observers' notifications) is looked up only by a batch
+        // that writes it: the others pay nothing for it.
+        let handles = |cf: Cf| match handles.get(cf.index()) {
+            Some(h) => Ok(*h),
+            None => handle(db, cf),
+        };
         // Room for every record up front: the batch is one growing string,
         // re-copied at each doubling otherwise.
         let mut wb = rocksdb::WriteBatch::with_capacity_bytes(rocks_batch_size(batch));
@@ -741,7 +767,7 @@ impl RocksEngine {
                     // that no key is in both.
                     if locks.get(key).is_some() && !locks.holds_memory_only(key) {
                         set_data_key(&mut stored, key);
-                        wb.delete_cf(handles[cf.index()], &stored);
+                        wb.delete_cf(handles(*cf)?, &stored);
                     }
                 }
                 Modify::Put { cf, key, value } => {
@@ -751,18 +777,18 @@ impl RocksEngine {
                         newest = newest.max(crate::epochs::commit_ts(key));
                     }
                     set_data_key(&mut stored, key);
-                    wb.put_cf(handles[cf.index()], &stored, value)
+                    wb.put_cf(handles(*cf)?, &stored, value)
                 }
                 // Nothing to delete from RocksDB.
                 Modify::Delete { cf: Cf::Lock, key } if locks.holds_memory_only(key) => {}
                 Modify::Delete { cf, key } => {
                     set_data_key(&mut stored, key);
-                    wb.delete_cf(handles[cf.index()], &stored)
+                    wb.delete_cf(handles(*cf)?, &stored)
                 }
                 // RocksDB rejects an inverted range; it removes nothing.
                 Modify::DeleteRange { start, end, .. } if start >= end => {}
                 Modify::DeleteRange { cf, start, end } => {
-                    wb.delete_range_cf(handles[cf.index()], data_key(start), data_key(end))
+                    wb.delete_range_cf(handles(*cf)?, data_key(start), data_key(end))
                 }
             }
         }
@@ -777,7 +803,7 @@ impl RocksEngine {
             if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
                 let ceiling = newest.saturating_add(TS_CEILING_STEP);
                 wb.put_cf(
-                    handles[Cf::Default.index()],
+                    handles(Cf::Default)?,
                     TS_CEILING_KEY,
                     ceiling.to_be_bytes(),
                 );
