@@ -416,9 +416,10 @@ impl<E: Engine> Shared<E> {
     /// strong one, of the writer `ts`, is covered unless that writer still
     /// holds its lock on the key (it has not committed: its commit_ts may
     /// end up above the runs'), or the key changed after `covered_below`
-    /// (the writer may have committed after the runs read). One snapshot
-    /// answers both: a writer's commit removes its lock and writes its
-    /// commit record in one write.
+    /// (the writer may have committed after the runs read). The lock is
+    /// read first, the write records after: a writer's commit removes its
+    /// lock and writes its commit record in one write, so a lock gone at
+    /// the first read has its commit record in the second.
     fn clear(
         &self,
         key: &Key,
@@ -426,7 +427,7 @@ impl<E: Engine> Shared<E> {
         covered_below: TimeStamp,
     ) -> Result<(usize, bool)> {
         let engine = notify_engine(&self.client);
-        let mut reader = MvccReader::new(engine.snapshot());
+        let mut reader = MvccReader::new(engine.latest());
         let lock_ts = reader.load_lock(key)?.map(|lock| lock.ts);
         let newer_change = latest_change(&mut reader, key, TimeStamp::max())?
             .is_some_and(|ts| ts > covered_below);

@@ -1,0 +1,211 @@
+//! `percolate-bench --observers`: what incremental processing by observers
+//! costs, next to the same derived-table maintenance done inline.
+//!
+//! The work is the indexer of `examples/indexer`: a document write makes
+//! its terms' postings and per-term counts follow (a read of the document's
+//! previously indexed terms, and a read-modify-write of each changed term's
+//! count). Each system writes `--observer-docs` distinct documents (so no
+//! two changes collapse into one run) on RocksDB, in a fresh directory:
+//!
+//! * `inline`: each loader transaction writes the document and maintains
+//!   the index itself (one transaction per document, 1PC).
+//! * `observer-1`, `observer-2`: each loader transaction writes only the
+//!   document (and its notification); then 1 or 2 worker threads run the
+//!   indexer, one observer transaction per document. Throughput: documents
+//!   indexed per second of the workers' run, from the first to the last
+//!   notification cleared.
+//!
+//! Then the latency from a loader's commit to the start of the observer
+//! run for its document, with the loader writing at a steady
+//! `--observer-rate` documents per second while 1 or 2 workers run.
+
+#[path = "../../../../examples/indexer/pipeline.rs"]
+#[allow(dead_code)]
+mod pipeline;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use percolate::{Client, Watch};
+
+use crate::systems::BoxError;
+
+const WORDS: &[&str] = &[
+    "percolator", "bigtable", "observer", "notify", "transaction", "snapshot", "lock", "write",
+    "commit", "primary", "timestamp", "oracle", "index", "crawl", "document", "page", "link",
+    "anchor", "rank", "cluster", "tablet", "column", "row", "acknowledge", "worker", "scan",
+    "collapse", "ack", "region", "latch", "engine", "rocks",
+];
+
+/// The text of document `i`: 8 words, chosen by `i`.
+fn text(i: u64) -> String {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let words: Vec<&str> = (0..8)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            WORDS[(x % WORDS.len() as u64) as usize]
+        })
+        .collect();
+    words.join(" ")
+}
+
+fn id(i: u64) -> String {
+    format!("{i:08}")
+}
+
+/// Runs the observer benchmark and prints its figures and ratios.
+pub fn run(docs: u64, rate: u64, latency_seconds: f64) -> Result<(), BoxError> {
+    println!("# Observers: {docs} distinct documents of 8 words (32-word vocabulary), RocksDB");
+    let inline = inline(docs)?;
+    println!(
+        "inline       : {:>9.0} docs/s (write + index in one transaction)",
+        inline
+    );
+    let mut by_workers = Vec::new();
+    for workers in [1, 2] {
+        let (write, indexed, metrics) = observed(docs, workers)?;
+        println!(
+            "observer-{workers}   : {:>9.0} docs/s indexed by {workers} worker(s); loader alone {:>9.0} docs/s; \
+             runs {}, conflicts {}, jumps {}",
+            indexed, write, metrics.runs, metrics.conflicts, metrics.jumps
+        );
+        by_workers.push(indexed);
+    }
+    for (i, indexed) in by_workers.iter().enumerate() {
+        println!(
+            "RATIO observer-{} / inline: {:.2}x",
+            i + 1,
+            indexed / inline
+        );
+    }
+    println!(
+        "RATIO observer-2 / observer-1: {:.2}x",
+        by_workers[1] / by_workers[0]
+    );
+    for workers in [1, 2] {
+        let (p50, p99, max, n) = latency(rate, latency_seconds, workers)?;
+        println!(
+            "latency commit -> observer run, {workers} worker(s), {rate} docs/s: \
+             p50 {p50:.2?}, p99 {p99:.2?}, max {max:.2?} ({n} documents)"
+        );
+    }
+    Ok(())
+}
+
+/// Documents per second written and indexed inline.
+fn inline(docs: u64) -> Result<f64, BoxError> {
+    let dir = tempfile::tempdir()?;
+    let client = Client::open(dir.path())?;
+    let started = Instant::now();
+    for i in 0..docs {
+        let (id, text) = (id(i), text(i));
+        let key = format!("{}{id}", pipeline::DOC);
+        client.with_retry(|txn| {
+            pipeline::load(txn, &id, Some(&text))?;
+            pipeline::index_document(txn, key.as_bytes(), false)
+        })?;
+    }
+    let per_second = docs as f64 / started.elapsed().as_secs_f64();
+    check(&client)?;
+    Ok(per_second)
+}
+
+/// Registers the indexer; the counter counts its calls (read while the
+/// workers run: `observer_metrics` would scan the notifications).
+fn register_indexer(client: &Client, calls: Arc<AtomicU64>) -> percolate::Result<()> {
+    client.observe("indexer", Watch::prefix(pipeline::DOC), move |txn, key| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        pipeline::index_document(txn, key, false)
+    })
+}
+
+/// The loader's documents per second, the workers' documents indexed per
+/// second, and the observers' metrics.
+fn observed(docs: u64, workers: usize) -> Result<(f64, f64, percolate::ObserverMetrics), BoxError> {
+    let dir = tempfile::tempdir()?;
+    let client = Client::open(dir.path())?;
+    let calls = Arc::new(AtomicU64::new(0));
+    register_indexer(&client, calls.clone())?;
+    let started = Instant::now();
+    for i in 0..docs {
+        let (id, text) = (id(i), text(i));
+        client.with_retry(|txn| pipeline::load(txn, &id, Some(&text)))?;
+    }
+    let write = docs as f64 / started.elapsed().as_secs_f64();
+    let mut handle = client.workers();
+    let started = Instant::now();
+    handle.start(workers)?;
+    // Every document's run called (a conflict calls again): then wait
+    // for the last commits.
+    while calls.load(Ordering::Relaxed) < docs {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    handle.run_until_idle()?;
+    let indexed = docs as f64 / started.elapsed().as_secs_f64();
+    handle.stop()?;
+    check(&client)?;
+    Ok((write, indexed, client.observer_metrics()?))
+}
+
+/// The index must match the documents (the benchmark measures the right
+/// thing).
+fn check(client: &Client) -> Result<(), BoxError> {
+    let (stored, expected) = client.view(|txn| {
+        let docs = pipeline::documents(txn)?;
+        Ok((pipeline::stored(txn)?, pipeline::recompute(&docs)))
+    })?;
+    if stored.postings != expected.postings || stored.counts != expected.counts {
+        return Err("the index differs from a recomputation".into());
+    }
+    Ok(())
+}
+
+/// p50, p99 and max of commit-to-run latency, and the documents measured.
+fn latency(
+    rate: u64,
+    seconds: f64,
+    workers: usize,
+) -> Result<(Duration, Duration, Duration, usize), BoxError> {
+    let dir = tempfile::tempdir()?;
+    let client = Client::open(dir.path())?;
+    let runs: Arc<Mutex<HashMap<Vec<u8>, Instant>>> = Arc::default();
+    let seen = runs.clone();
+    client.observe("indexer", Watch::prefix(pipeline::DOC), move |txn, key| {
+        seen.lock().expect("not poisoned").entry(key.to_vec()).or_insert_with(Instant::now);
+        pipeline::index_document(txn, key, false)
+    })?;
+    let mut handle = client.workers();
+    handle.start(workers)?;
+    let total = (rate as f64 * seconds) as u64;
+    let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let mut committed = HashMap::new();
+    let started = Instant::now();
+    for i in 0..total {
+        let due = started + interval * i as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let (id, text) = (id(i), text(i));
+        client.with_retry(|txn| pipeline::load(txn, &id, Some(&text)))?;
+        committed.insert(format!("{}{id}", pipeline::DOC).into_bytes(), Instant::now());
+    }
+    handle.run_until_idle()?;
+    handle.stop()?;
+    let runs = runs.lock().expect("not poisoned");
+    let mut latencies: Vec<Duration> = committed
+        .iter()
+        .filter_map(|(key, at)| runs.get(key).map(|run| run.saturating_duration_since(*at)))
+        .collect();
+    latencies.sort();
+    let pick = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Ok((pick(0.5), pick(0.99), pick(1.0), latencies.len()))
+}
