@@ -32,7 +32,6 @@ fn workers<E: Engine>(client: &Client<E>) -> Workers<E> {
         WorkerConfig {
             poll_interval: Duration::from_millis(5),
             idle_timeout: Duration::from_secs(20),
-            ..WorkerConfig::default()
         },
     )
 }
@@ -126,9 +125,7 @@ fn a_write_to_a_watched_key_runs_its_observer_once<E: Engine>(client: &Client<E>
     assert_eq!(runs.total(), 3);
 }
 
-fn a_transaction_that_writes_no_watched_key_writes_no_notification<E: Engine>(
-    client: &Client<E>,
-) {
+fn a_transaction_that_writes_no_watched_key_writes_no_notification<E: Engine>(client: &Client<E>) {
     upper_case(client, "upper", Watch::prefix("doc/"), "up/");
     put(client, "note/1", "x");
     client
@@ -152,7 +149,10 @@ fn a_hundred_writes_collapse_into_one_run<E: Engine>(client: &Client<E>) {
     workers(client).run_until_idle().unwrap();
     assert_eq!(get(client, "up/doc/hot").as_deref(), Some("VERSION 99"));
     let metrics = client.observer_metrics().unwrap();
-    assert_eq!((metrics.runs, metrics.collapsed, metrics.pending), (1, 99, 0));
+    assert_eq!(
+        (metrics.runs, metrics.collapsed, metrics.pending),
+        (1, 99, 0)
+    );
     assert_eq!(runs.total(), 1);
 }
 
@@ -167,7 +167,10 @@ fn writes_while_workers_run_collapse_and_end_right<E: Engine>(client: &Client<E>
     workers.stop().unwrap();
     for k in 0..5 {
         let last = 95 + k;
-        assert_eq!(get(client, &format!("up/doc/{k}")), Some(format!("V{last}")));
+        assert_eq!(
+            get(client, &format!("up/doc/{k}")),
+            Some(format!("V{last}"))
+        );
     }
     let metrics = client.observer_metrics().unwrap();
     assert!(metrics.runs <= 100, "{metrics:?}");
@@ -205,7 +208,10 @@ fn concurrent_workers_commit_at_most_one_run_per_change<E: Engine>(client: &Clie
         });
     }
     for k in 0..keys {
-        assert_eq!(get(client, &format!("runs/doc/{k}")), Some(rounds.to_string()));
+        assert_eq!(
+            get(client, &format!("runs/doc/{k}")),
+            Some(rounds.to_string())
+        );
     }
     let metrics = client.observer_metrics().unwrap();
     assert_eq!(metrics.runs, keys * rounds as u64, "{metrics:?}");
@@ -340,7 +346,11 @@ fn a_notification_left_after_its_run_committed_is_only_cleared<E: Engine>(client
     let runs = upper_case(client, "upper", Watch::prefix("doc/"), "up/");
     put(client, "doc/1", "x");
     workers(client).run_until_idle().unwrap();
-    let stale = Notification::stored_key(&Key::from_raw(b"doc/1"), TimeStamp::new(1), NotifyKind::Strong);
+    let stale = Notification::stored_key(
+        &Key::from_raw(b"doc/1"),
+        TimeStamp::new(1),
+        NotifyKind::Strong,
+    );
     let mut batch = WriteBatch::new();
     batch.put(Cf::Notify, stale, Vec::new());
     let engine = client.cluster().regions()[0].storage().engine();
@@ -349,7 +359,10 @@ fn a_notification_left_after_its_run_committed_is_only_cleared<E: Engine>(client
     workers(client).run_until_idle().unwrap();
     assert_eq!(runs.total(), 1);
     let metrics = client.observer_metrics().unwrap();
-    assert_eq!((metrics.runs, metrics.collapsed, metrics.pending), (1, 1, 0));
+    assert_eq!(
+        (metrics.runs, metrics.collapsed, metrics.pending),
+        (1, 1, 0)
+    );
 }
 
 fn a_writer_that_commits_after_the_observer_read_is_not_missed<E: Engine>(client: &Client<E>) {
@@ -363,7 +376,11 @@ fn a_writer_that_commits_after_the_observer_read_is_not_missed<E: Engine>(client
     let storage = client.cluster().region_for(b"doc/1").storage();
     let start_ts = client.current_ts().unwrap();
     let key = Key::from_raw(b"doc/1");
-    let mut prewrite = Prewrite::new(vec![Mutation::put(key.clone(), b"new".to_vec())], b"doc/1", start_ts);
+    let mut prewrite = Prewrite::new(
+        vec![Mutation::put(key.clone(), b"new".to_vec())],
+        b"doc/1",
+        start_ts,
+    );
     prewrite.notify = vec![key.clone()];
     storage.prewrite(prewrite).unwrap();
     assert_eq!(client.observer_metrics().unwrap().pending, 1);
@@ -372,7 +389,9 @@ fn a_writer_that_commits_after_the_observer_read_is_not_missed<E: Engine>(client
         // Let the worker start and meet the lock, then commit above it.
         std::thread::sleep(Duration::from_millis(100));
         let commit_ts = client.current_ts().unwrap();
-        storage.commit(vec![key.clone()], start_ts, commit_ts).unwrap();
+        storage
+            .commit(vec![key.clone()], start_ts, commit_ts)
+            .unwrap();
         worker.join().unwrap().unwrap();
     });
     assert_eq!(get(client, "up/doc/1").as_deref(), Some("NEW"));
@@ -385,7 +404,11 @@ fn a_rolled_back_writer_leaves_a_notification_that_is_cleared<E: Engine>(client:
     let storage = client.cluster().region_for(b"doc/1").storage();
     let start_ts = client.current_ts().unwrap();
     let key = Key::from_raw(b"doc/1");
-    let mut prewrite = Prewrite::new(vec![Mutation::put(key.clone(), b"never".to_vec())], b"doc/1", start_ts);
+    let mut prewrite = Prewrite::new(
+        vec![Mutation::put(key.clone(), b"never".to_vec())],
+        b"doc/1",
+        start_ts,
+    );
     prewrite.notify = vec![key.clone()];
     storage.prewrite(prewrite).unwrap();
     storage.batch_rollback(vec![key], start_ts).unwrap();
@@ -393,7 +416,10 @@ fn a_rolled_back_writer_leaves_a_notification_that_is_cleared<E: Engine>(client:
     assert_eq!(runs.total(), 0);
     assert_eq!(get(client, "up/doc/1"), None);
     let metrics = client.observer_metrics().unwrap();
-    assert_eq!((metrics.runs, metrics.collapsed, metrics.pending), (0, 1, 0));
+    assert_eq!(
+        (metrics.runs, metrics.collapsed, metrics.pending),
+        (0, 1, 0)
+    );
 }
 
 fn pessimistic_writes_notify_too<E: Engine>(client: &Client<E>) {
@@ -450,7 +476,10 @@ fn a_notification_that_does_not_decode_is_corruption<E: Engine>(client: &Client<
     engine.write(&batch, WriteOptions::default()).unwrap();
     let err = workers(client).run_until_idle().unwrap_err();
     assert!(
-        matches!(&err, Error::Mvcc(percolate::mvcc::Error::Corruption { cf: Cf::Notify, .. })),
+        matches!(
+            &err,
+            Error::Mvcc(percolate::mvcc::Error::Corruption { cf: Cf::Notify, .. })
+        ),
         "{err:?}"
     );
 }

@@ -23,7 +23,9 @@ fn client_on<E: Engine>(engine: E, dir: &Path) -> Client<E> {
     common::client_over(engine, dir, vec![b"doc/5".to_vec(), b"idx/m".to_vec()])
 }
 
-const WORDS: &[&str] = &["alpha", "beta", "gamma", "delta", "omega", "pi", "rho", "tau"];
+const WORDS: &[&str] = &[
+    "alpha", "beta", "gamma", "delta", "omega", "pi", "rho", "tau",
+];
 
 fn random_text(rng: &mut StdRng) -> String {
     let words: Vec<&str> = (0..rng.random_range(1..8))
@@ -53,7 +55,6 @@ fn derived_tables_equal_a_recomputation_after_random_changes<E: Engine>(client: 
         WorkerConfig {
             poll_interval: Duration::from_millis(5),
             idle_timeout: Duration::from_secs(30),
-            ..WorkerConfig::default()
         },
     );
     workers.start(2).unwrap();

@@ -802,11 +802,7 @@ impl RocksEngine {
             let _raising = inner.raising.lock();
             if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
                 let ceiling = newest.saturating_add(TS_CEILING_STEP);
-                wb.put_cf(
-                    handles(Cf::Default)?,
-                    TS_CEILING_KEY,
-                    ceiling.to_be_bytes(),
-                );
+                wb.put_cf(handles(Cf::Default)?, TS_CEILING_KEY, ceiling.to_be_bytes());
                 db.write_opt(wb, &opts)?;
                 inner.persisted_ceiling.store(ceiling, Ordering::SeqCst);
                 return Ok(());

@@ -27,9 +27,32 @@ use percolate::Client;
 use rand::Rng;
 
 const WORDS: &[&str] = &[
-    "percolator", "bigtable", "observer", "notify", "transaction", "snapshot", "lock", "write",
-    "commit", "primary", "timestamp", "oracle", "index", "crawl", "document", "page", "link",
-    "anchor", "rank", "cluster", "tablet", "column", "row", "acknowledge", "worker", "scan",
+    "percolator",
+    "bigtable",
+    "observer",
+    "notify",
+    "transaction",
+    "snapshot",
+    "lock",
+    "write",
+    "commit",
+    "primary",
+    "timestamp",
+    "oracle",
+    "index",
+    "crawl",
+    "document",
+    "page",
+    "link",
+    "anchor",
+    "rank",
+    "cluster",
+    "tablet",
+    "column",
+    "row",
+    "acknowledge",
+    "worker",
+    "scan",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -90,7 +113,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let docs = pipeline::documents(txn)?;
             let stored = pipeline::stored(txn)?;
             let expected = pipeline::recompute(&docs);
-            assert_eq!(stored, expected, "the derived tables differ from a recomputation");
+            assert_eq!(
+                stored, expected,
+                "the derived tables differ from a recomputation"
+            );
             let (duplicates, behind) = pipeline::audit(txn)?;
             assert!(duplicates.is_empty(), "indexed twice: {duplicates:?}");
             assert!(behind.is_empty(), "not indexed: {behind:?}");

@@ -92,7 +92,10 @@ pub fn load<E: Engine>(txn: &mut Transaction<E>, id: &str, text: Option<&str>) -
 pub fn index_document<E: Engine>(txn: &mut Transaction<E>, key: &[u8], audit: bool) -> Result<()> {
     let id = String::from_utf8_lossy(&key[DOC.len()..]).into_owned();
     let terms_key = format!("{DOC_TERMS}{id}");
-    let new = txn.get(key)?.map(|text| tokenize(&text)).unwrap_or_default();
+    let new = txn
+        .get(key)?
+        .map(|text| tokenize(&text))
+        .unwrap_or_default();
     let old: BTreeSet<String> = match txn.get(terms_key.as_bytes())? {
         Some(v) => String::from_utf8_lossy(&v)
             .split(' ')
@@ -158,7 +161,10 @@ pub fn update_top<E: Engine>(txn: &mut Transaction<E>, key: &[u8]) -> Result<()>
 
 /// The `top/` key of a term with `count` documents.
 fn top_key(count: u64, term: &str) -> String {
-    format!("{TOP}{:010}/{term}", 10_000_000_000u64.saturating_sub(count))
+    format!(
+        "{TOP}{:010}/{term}",
+        10_000_000_000u64.saturating_sub(count)
+    )
 }
 
 fn read_u64<E: Engine>(txn: &Transaction<E>, key: &str) -> Result<u64> {
@@ -173,7 +179,10 @@ pub fn documents<E: Engine>(txn: &Transaction<E>) -> Result<BTreeMap<String, Vec
     let mut docs = BTreeMap::new();
     for pair in txn.scan(prefix_range(DOC)) {
         let (key, text) = pair?;
-        docs.insert(String::from_utf8_lossy(&key[DOC.len()..]).into_owned(), text);
+        docs.insert(
+            String::from_utf8_lossy(&key[DOC.len()..]).into_owned(),
+            text,
+        );
     }
     Ok(docs)
 }
@@ -184,7 +193,11 @@ pub fn recompute(docs: &BTreeMap<String, Vec<u8>>) -> Derived {
     let mut derived = Derived::default();
     for (id, text) in docs {
         for term in tokenize(text) {
-            derived.postings.entry(term.clone()).or_default().insert(id.clone());
+            derived
+                .postings
+                .entry(term.clone())
+                .or_default()
+                .insert(id.clone());
             *derived.counts.entry(term).or_default() += 1;
         }
     }
@@ -205,12 +218,18 @@ pub fn stored<E: Engine>(txn: &Transaction<E>) -> Result<Derived> {
         let (key, _) = pair?;
         let rest = String::from_utf8_lossy(&key[POSTING.len()..]).into_owned();
         let (term, id) = rest.split_once('/').unwrap_or((&rest, ""));
-        derived.postings.entry(term.to_string()).or_default().insert(id.to_string());
+        derived
+            .postings
+            .entry(term.to_string())
+            .or_default()
+            .insert(id.to_string());
     }
     for pair in txn.scan(prefix_range(COUNT)) {
         let (key, value) = pair?;
         let term = String::from_utf8_lossy(&key[COUNT.len()..]).into_owned();
-        derived.counts.insert(term, String::from_utf8_lossy(&value).parse().unwrap_or(0));
+        derived
+            .counts
+            .insert(term, String::from_utf8_lossy(&value).parse().unwrap_or(0));
     }
     for pair in txn.scan(prefix_range(TOP)) {
         let (key, _) = pair?;
@@ -222,9 +241,13 @@ pub fn stored<E: Engine>(txn: &Transaction<E>) -> Result<Derived> {
     Ok(derived)
 }
 
-/// The audit's findings at `txn`'s snapshot: versions indexed twice, and
-/// documents whose last version was not indexed (`id, version, seen`).
-pub fn audit<E: Engine>(txn: &Transaction<E>) -> Result<(Vec<String>, Vec<(String, u64, u64)>)> {
+/// A document whose last version was not indexed: id, version, the
+/// version indexed.
+pub type Behind = (String, u64, u64);
+
+/// The audit's findings at `txn`'s snapshot: versions indexed twice (their
+/// `dup/` keys), and documents whose last version was not indexed.
+pub fn audit<E: Engine>(txn: &Transaction<E>) -> Result<(Vec<String>, Vec<Behind>)> {
     let mut duplicates = Vec::new();
     for pair in txn.scan(prefix_range(DUPLICATE)) {
         duplicates.push(String::from_utf8_lossy(&pair?.0).into_owned());

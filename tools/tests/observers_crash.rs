@@ -65,7 +65,9 @@ fn kill_round(exe: &Path, dir: &Path, rng: &mut StdRng) -> bool {
     } else {
         let stdout = child.stdout.take().expect("piped");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read READY");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read READY");
         assert_eq!(line.trim(), "READY", "the writer did not start");
         std::thread::sleep(delay);
         true
@@ -93,7 +95,10 @@ fn check(dir: &Path) -> (usize, u64) {
             );
             let (duplicates, behind) = pipeline::audit(txn)?;
             assert!(duplicates.is_empty(), "indexed twice: {duplicates:?}");
-            assert!(behind.is_empty(), "not indexed (id, version, seen): {behind:?}");
+            assert!(
+                behind.is_empty(),
+                "not indexed (id, version, seen): {behind:?}"
+            );
             assert_eq!(client.observer_metrics()?.pending, 0);
             Ok((docs.len(), client.observer_metrics()?.runs))
         })
@@ -111,7 +116,9 @@ fn observers_survive_kill_9_without_missing_or_repeating_a_change() {
         ready += usize::from(kill_round(exe, dir.path(), &mut rng));
         if kill % CHECK_EVERY == 0 {
             let (docs, runs) = check(dir.path());
-            eprintln!("after kill {kill}: {docs} documents, derived tables right ({runs} runs to catch up)");
+            eprintln!(
+                "after kill {kill}: {docs} documents, derived tables right ({runs} runs to catch up)"
+            );
         }
     }
     eprintln!(
@@ -125,7 +132,9 @@ fn observers_survive_kill_9_without_missing_or_repeating_a_change() {
         .view(|txn| {
             let mut total = 0u64;
             for pair in txn.scan(b"docver/".to_vec()..b"docver0".to_vec()) {
-                total += String::from_utf8_lossy(&pair?.1).parse::<u64>().unwrap_or(0);
+                total += String::from_utf8_lossy(&pair?.1)
+                    .parse::<u64>()
+                    .unwrap_or(0);
             }
             Ok(total)
         })

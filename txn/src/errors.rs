@@ -218,7 +218,10 @@ pub enum Error {
     /// An observer's transaction failed on `key` (its function returned an
     /// error, or the transaction did not commit): the notification stays,
     /// and the observer runs again later.
-    #[error("observer {name} failed on key {}: {source}", crate::errors::Shown(key))]
+    #[error(
+        "observer {name} failed on key {}: {source}",
+        crate::errors::Shown(key)
+    )]
     Observer {
         /// The observer's name.
         name: String,

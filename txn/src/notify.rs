@@ -168,7 +168,10 @@ mod tests {
         for bad in [&bad_kind[..], short, &bad_key[..], &[][..]] {
             let err = Notification::parse(bad).unwrap_err();
             assert!(
-                matches!(err, percolate_mvcc::Error::Corruption { cf: Cf::Notify, .. }),
+                matches!(
+                    err,
+                    percolate_mvcc::Error::Corruption { cf: Cf::Notify, .. }
+                ),
                 "{err:?}"
             );
         }
@@ -182,7 +185,11 @@ mod tests {
         assert!(own < end);
         // The next keys in order start at or past the end.
         for next in [&b"a\0"[..], b"aa", b"b"] {
-            let other = Notification::stored_key(&Key::from_raw(next), TimeStamp::zero(), NotifyKind::Strong);
+            let other = Notification::stored_key(
+                &Key::from_raw(next),
+                TimeStamp::zero(),
+                NotifyKind::Strong,
+            );
             assert!(other >= end, "{next:?}");
         }
         assert_eq!(key_end(&[1, 0xff]), vec![2]);

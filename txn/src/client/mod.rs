@@ -29,7 +29,7 @@ mod export;
 mod gc;
 mod heartbeat;
 mod keyspace;
-mod observe;
+pub mod observe;
 mod pessimistic;
 mod raw;
 mod resolver;

@@ -20,7 +20,6 @@
 //! `--observer-rate` documents per second while 1 or 2 workers run.
 
 #[path = "../../../../examples/indexer/pipeline.rs"]
-#[allow(dead_code)]
 mod pipeline;
 
 use std::collections::HashMap;
@@ -33,10 +32,38 @@ use percolate::{Client, Watch};
 use crate::systems::BoxError;
 
 const WORDS: &[&str] = &[
-    "percolator", "bigtable", "observer", "notify", "transaction", "snapshot", "lock", "write",
-    "commit", "primary", "timestamp", "oracle", "index", "crawl", "document", "page", "link",
-    "anchor", "rank", "cluster", "tablet", "column", "row", "acknowledge", "worker", "scan",
-    "collapse", "ack", "region", "latch", "engine", "rocks",
+    "percolator",
+    "bigtable",
+    "observer",
+    "notify",
+    "transaction",
+    "snapshot",
+    "lock",
+    "write",
+    "commit",
+    "primary",
+    "timestamp",
+    "oracle",
+    "index",
+    "crawl",
+    "document",
+    "page",
+    "link",
+    "anchor",
+    "rank",
+    "cluster",
+    "tablet",
+    "column",
+    "row",
+    "acknowledge",
+    "worker",
+    "scan",
+    "collapse",
+    "ack",
+    "region",
+    "latch",
+    "engine",
+    "rocks",
 ];
 
 /// The text of document `i`: 8 words, chosen by `i`.
@@ -175,7 +202,10 @@ fn latency(
     let runs: Arc<Mutex<HashMap<Vec<u8>, Instant>>> = Arc::default();
     let seen = runs.clone();
     client.observe("indexer", Watch::prefix(pipeline::DOC), move |txn, key| {
-        seen.lock().expect("not poisoned").entry(key.to_vec()).or_insert_with(Instant::now);
+        seen.lock()
+            .expect("not poisoned")
+            .entry(key.to_vec())
+            .or_insert_with(Instant::now);
         pipeline::index_document(txn, key, false)
     })?;
     let mut handle = client.workers();
@@ -191,7 +221,10 @@ fn latency(
         }
         let (id, text) = (id(i), text(i));
         client.with_retry(|txn| pipeline::load(txn, &id, Some(&text)))?;
-        committed.insert(format!("{}{id}", pipeline::DOC).into_bytes(), Instant::now());
+        committed.insert(
+            format!("{}{id}", pipeline::DOC).into_bytes(),
+            Instant::now(),
+        );
     }
     handle.run_until_idle()?;
     handle.stop()?;

@@ -10,7 +10,7 @@
 //!
 //! * **Notifications.** A transaction that writes a watched key (a put, an
 //!   insert or a delete) also writes a *notification* for it in the
-//!   `notify` column family ([`Cf::Notify`](percolate_engine::Cf::Notify),
+//!   `notify` column family ([`Cf::Notify`],
 //!   the paper's notify column in its own locality group), in the same
 //!   atomic engine write as the key's lock (2PC, async commit) or its
 //!   commit record (1PC): a committed change always has one. The client
@@ -212,7 +212,9 @@ impl<E: Engine> Registry<E> {
     /// Called after a commit that wrote `count` notifications: wakes the
     /// idle workers.
     pub(crate) fn notified(&self, count: usize) {
-        self.counters.notifications.fetch_add(count as u64, Ordering::Relaxed);
+        self.counters
+            .notifications
+            .fetch_add(count as u64, Ordering::Relaxed);
         *self.wake.lock() += 1;
         self.woken.notify_all();
     }
@@ -430,7 +432,10 @@ mod tests {
 
     #[test]
     fn an_acknowledgement_of_the_wrong_length_is_corruption() {
-        assert_eq!(parse_ack(b"k", &7u64.to_be_bytes()).unwrap(), TimeStamp::new(7));
+        assert_eq!(
+            parse_ack(b"k", &7u64.to_be_bytes()).unwrap(),
+            TimeStamp::new(7)
+        );
         assert!(matches!(
             parse_ack(b"k", b"short"),
             Err(Error::Mvcc(percolate_mvcc::Error::Corruption { .. }))

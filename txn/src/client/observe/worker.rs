@@ -7,7 +7,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use percolate_engine::{Cf, Engine, EngineIterator, IterOptions, RocksEngine, Snapshot, WriteBatch};
+use percolate_engine::{
+    Cf, Engine, EngineIterator, IterOptions, RocksEngine, Snapshot, WriteBatch,
+};
 use percolate_mvcc::{Key, MvccReader, TimeStamp, WriteType};
 
 use super::{Observer, notify_engine, parse_ack, pending_notifications};
@@ -309,9 +311,9 @@ impl<E: Engine> Shared<E> {
             return Ok(Processed::Done { kept: false });
         }
         let key = Key::from_encoded_slice(row);
-        let raw = key.to_raw().map_err(|e| {
-            percolate_mvcc::Error::corruption(Cf::Notify, row, e)
-        })?;
+        let raw = key
+            .to_raw()
+            .map_err(|e| percolate_mvcc::Error::corruption(Cf::Notify, row, e))?;
         let newest_weak = notifications
             .iter()
             .filter(|(_, n)| n.kind == NotifyKind::Weak)
@@ -343,21 +345,30 @@ impl<E: Engine> Shared<E> {
         }
         let (deleted, kept) = self.clear(&key, &notifications, covered_below)?;
         let collapsed = deleted.saturating_sub(usize::from(ran));
-        counters.collapsed.fetch_add(collapsed as u64, Ordering::Relaxed);
+        counters
+            .collapsed
+            .fetch_add(collapsed as u64, Ordering::Relaxed);
         Ok(Processed::Done { kept })
     }
 
     /// Every notification of the encoded key `row`, with its stored key.
     fn notifications_of(&self, row: &[u8]) -> Result<Vec<(Vec<u8>, Notification)>> {
         let snapshot = notify_engine(&self.client).latest();
-        let options = IterOptions::new().lower_bound(row).upper_bound(key_end(row));
+        let options = IterOptions::new()
+            .lower_bound(row)
+            .upper_bound(key_end(row));
         let mut cursor = snapshot.iter(Cf::Notify, options)?;
         let mut found = Vec::new();
         let mut valid = cursor.seek(row)?;
         while valid {
             let stored = cursor.key().to_vec();
             let notification = Notification::parse(&stored).inspect_err(|_| {
-                self.client.inner.observers.counters.errors.fetch_add(1, Ordering::Relaxed);
+                self.client
+                    .inner
+                    .observers
+                    .counters
+                    .errors
+                    .fetch_add(1, Ordering::Relaxed);
             })?;
             found.push((stored, notification));
             valid = cursor.next()?;
@@ -429,8 +440,8 @@ impl<E: Engine> Shared<E> {
         let engine = notify_engine(&self.client);
         let mut reader = MvccReader::new(engine.latest());
         let lock_ts = reader.load_lock(key)?.map(|lock| lock.ts);
-        let newer_change = latest_change(&mut reader, key, TimeStamp::max())?
-            .is_some_and(|ts| ts > covered_below);
+        let newer_change =
+            latest_change(&mut reader, key, TimeStamp::max())?.is_some_and(|ts| ts > covered_below);
         let mut batch = WriteBatch::new();
         let mut kept = false;
         for (stored, n) in notifications {
@@ -537,6 +548,9 @@ mod tests {
             let p = random_between(&low, &high);
             assert!(p >= low[..4].to_vec() && p <= high, "{p:?}");
         }
-        assert_eq!(random_between(b"same", b"same"), b"same\0\0\0\0\0\0\0\0".to_vec());
+        assert_eq!(
+            random_between(b"same", b"same"),
+            b"same\0\0\0\0\0\0\0\0".to_vec()
+        );
     }
 }
