@@ -482,6 +482,16 @@ fn a_notification_that_does_not_decode_is_corruption<E: Engine>(client: &Client<
         ),
         "{err:?}"
     );
+    // Repair removes it (and nothing else), and the workers go on.
+    put(client, "doc/1", "x");
+    let removed = client.repair().unwrap();
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    assert_eq!(
+        (removed[0].cf, removed[0].key.as_slice()),
+        (Cf::Notify, &b"short"[..])
+    );
+    workers(client).run_until_idle().unwrap();
+    assert_eq!(get(client, "up/doc/1").as_deref(), Some("X"));
 }
 
 client_scenarios_on_both_engines! {

@@ -91,23 +91,28 @@ impl Notification {
     /// error naming the `notify` CF when the bytes are not a notification
     /// (too short, an unknown kind, an encoded key that does not decode).
     pub fn parse(stored: &[u8]) -> Result<Notification, percolate_mvcc::Error> {
-        let corrupt = |e| percolate_mvcc::Error::corruption(Cf::Notify, stored, e);
+        Self::decode(stored).map_err(|e| percolate_mvcc::Error::corruption(Cf::Notify, stored, e))
+    }
+
+    /// Decodes a stored key, saying what is wrong with one that is not a
+    /// notification.
+    pub fn decode(stored: &[u8]) -> Result<Notification, DecodeError> {
         let Some(key_len) = stored
             .len()
             .checked_sub(SUFFIX_LEN)
             .filter(|n| *n >= MIN_ENCODED_LEN)
         else {
-            return Err(corrupt(DecodeError::KeyLength { len: stored.len() }));
+            return Err(DecodeError::KeyLength { len: stored.len() });
         };
         let (encoded, suffix) = stored.split_at(key_len);
         let key = Key::from_encoded_slice(encoded);
-        key.to_raw().map_err(corrupt)?;
+        key.to_raw()?;
         let mut ts = [0; 8];
         ts.copy_from_slice(&suffix[..8]);
         Ok(Notification {
             key,
             ts: TimeStamp::new(u64::from_be_bytes(ts)),
-            kind: NotifyKind::from_byte(suffix[8]).map_err(corrupt)?,
+            kind: NotifyKind::from_byte(suffix[8])?,
         })
     }
 }

@@ -137,6 +137,11 @@ struct Args {
     /// Distinct documents each system of `--observers` writes.
     #[arg(long, default_value_t = 20_000)]
     observer_docs: u64,
+    /// Words in the vocabulary of `--observers`' documents: few make the
+    /// per-term counts hot (observer transactions conflict on them), many
+    /// keep them apart.
+    #[arg(long, default_value_t = 32)]
+    observer_words: u64,
     /// Documents per second the loader writes while `--observers` measures
     /// latency (for `--seconds`).
     #[arg(long, default_value_t = 1_000)]
@@ -243,7 +248,12 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
 fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     if args.observers {
-        return observers::run(args.observer_docs, args.observer_rate, args.seconds);
+        return observers::run(
+            args.observer_docs,
+            args.observer_words,
+            args.observer_rate,
+            args.seconds,
+        );
     }
     if args.records == 0 || args.threads.contains(&0) {
         return Err("need at least 1 record and 1 thread".into());

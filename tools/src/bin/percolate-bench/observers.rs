@@ -66,15 +66,20 @@ const WORDS: &[&str] = &[
     "rocks",
 ];
 
-/// The text of document `i`: 8 words, chosen by `i`.
-fn text(i: u64) -> String {
+/// The text of document `i`: 8 words of a vocabulary of `vocabulary`
+/// (`WORDS`, then `w<n>`), chosen by `i`.
+fn text(i: u64, vocabulary: u64) -> String {
     let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let words: Vec<&str> = (0..8)
+    let words: Vec<String> = (0..8)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            WORDS[(x % WORDS.len() as u64) as usize]
+            let n = x % vocabulary.max(1);
+            match WORDS.get(n as usize) {
+                Some(word) => word.to_string(),
+                None => format!("w{n}"),
+            }
         })
         .collect();
     words.join(" ")
@@ -85,16 +90,18 @@ fn id(i: u64) -> String {
 }
 
 /// Runs the observer benchmark and prints its figures and ratios.
-pub fn run(docs: u64, rate: u64, latency_seconds: f64) -> Result<(), BoxError> {
-    println!("# Observers: {docs} distinct documents of 8 words (32-word vocabulary), RocksDB");
-    let inline = inline(docs)?;
+pub fn run(docs: u64, vocabulary: u64, rate: u64, latency_seconds: f64) -> Result<(), BoxError> {
+    println!(
+        "# Observers: {docs} distinct documents of 8 words ({vocabulary}-word vocabulary), RocksDB"
+    );
+    let inline = inline(docs, vocabulary)?;
     println!(
         "inline       : {:>9.0} docs/s (write + index in one transaction)",
         inline
     );
     let mut by_workers = Vec::new();
     for workers in [1, 2] {
-        let (write, indexed, metrics) = observed(docs, workers)?;
+        let (write, indexed, metrics) = observed(docs, vocabulary, workers)?;
         println!(
             "observer-{workers}   : {:>9.0} docs/s indexed by {workers} worker(s); loader alone {:>9.0} docs/s; \
              runs {}, conflicts {}, jumps {}",
@@ -113,8 +120,16 @@ pub fn run(docs: u64, rate: u64, latency_seconds: f64) -> Result<(), BoxError> {
         "RATIO observer-2 / observer-1: {:.2}x",
         by_workers[1] / by_workers[0]
     );
+    let (none, other) = unwatched(docs)?;
+    println!(
+        "unwatched writes: {none:>9.0} txn/s with no observer, {other:>9.0} txn/s with an observer of another prefix"
+    );
+    println!(
+        "RATIO unwatched with an observer / with none: {:.2}x",
+        other / none
+    );
     for workers in [1, 2] {
-        let (p50, p99, max, n) = latency(rate, latency_seconds, workers)?;
+        let (p50, p99, max, n) = latency(rate, vocabulary, latency_seconds, workers)?;
         println!(
             "latency commit -> observer run, {workers} worker(s), {rate} docs/s: \
              p50 {p50:.2?}, p99 {p99:.2?}, max {max:.2?} ({n} documents)"
@@ -124,12 +139,12 @@ pub fn run(docs: u64, rate: u64, latency_seconds: f64) -> Result<(), BoxError> {
 }
 
 /// Documents per second written and indexed inline.
-fn inline(docs: u64) -> Result<f64, BoxError> {
+fn inline(docs: u64, vocabulary: u64) -> Result<f64, BoxError> {
     let dir = tempfile::tempdir()?;
     let client = Client::open(dir.path())?;
     let started = Instant::now();
     for i in 0..docs {
-        let (id, text) = (id(i), text(i));
+        let (id, text) = (id(i), text(i, vocabulary));
         let key = format!("{}{id}", pipeline::DOC);
         client.with_retry(|txn| {
             pipeline::load(txn, &id, Some(&text))?;
@@ -152,14 +167,18 @@ fn register_indexer(client: &Client, calls: Arc<AtomicU64>) -> percolate::Result
 
 /// The loader's documents per second, the workers' documents indexed per
 /// second, and the observers' metrics.
-fn observed(docs: u64, workers: usize) -> Result<(f64, f64, percolate::ObserverMetrics), BoxError> {
+fn observed(
+    docs: u64,
+    vocabulary: u64,
+    workers: usize,
+) -> Result<(f64, f64, percolate::ObserverMetrics), BoxError> {
     let dir = tempfile::tempdir()?;
     let client = Client::open(dir.path())?;
     let calls = Arc::new(AtomicU64::new(0));
     register_indexer(&client, calls.clone())?;
     let started = Instant::now();
     for i in 0..docs {
-        let (id, text) = (id(i), text(i));
+        let (id, text) = (id(i), text(i, vocabulary));
         client.with_retry(|txn| pipeline::load(txn, &id, Some(&text)))?;
     }
     let write = docs as f64 / started.elapsed().as_secs_f64();
@@ -178,6 +197,35 @@ fn observed(docs: u64, workers: usize) -> Result<(f64, f64, percolate::ObserverM
     Ok((write, indexed, client.observer_metrics()?))
 }
 
+/// What observers cost a transaction that writes no watched key: 1PC
+/// transactions of 4 keys, on a client with no observer and on one with an
+/// observer of another prefix, in alternating rounds. Transactions per
+/// second of each.
+fn unwatched(txns: u64) -> Result<(f64, f64), BoxError> {
+    let (dir_a, dir_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let none = Client::open(dir_a.path())?;
+    let other = Client::open(dir_b.path())?;
+    other.observe("elsewhere", Watch::prefix("watched/"), |_, _| Ok(()))?;
+    let mut elapsed = [Duration::ZERO; 2];
+    let rounds = 8;
+    for round in 0..rounds {
+        for (i, client) in [&none, &other].into_iter().enumerate() {
+            let started = Instant::now();
+            for t in 0..txns / rounds {
+                client.with_retry(|txn| {
+                    for k in 0..4 {
+                        txn.put(format!("user/{:08}/{k}", round * txns + t), "value");
+                    }
+                    Ok(())
+                })?;
+            }
+            elapsed[i] += started.elapsed();
+        }
+    }
+    let per_second = |d: Duration| (txns / rounds * rounds) as f64 / d.as_secs_f64();
+    Ok((per_second(elapsed[0]), per_second(elapsed[1])))
+}
+
 /// The index must match the documents (the benchmark measures the right
 /// thing).
 fn check(client: &Client) -> Result<(), BoxError> {
@@ -194,6 +242,7 @@ fn check(client: &Client) -> Result<(), BoxError> {
 /// p50, p99 and max of commit-to-run latency, and the documents measured.
 fn latency(
     rate: u64,
+    vocabulary: u64,
     seconds: f64,
     workers: usize,
 ) -> Result<(Duration, Duration, Duration, usize), BoxError> {
@@ -219,7 +268,7 @@ fn latency(
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        let (id, text) = (id(i), text(i));
+        let (id, text) = (id(i), text(i, vocabulary));
         client.with_retry(|txn| pipeline::load(txn, &id, Some(&text)))?;
         committed.insert(
             format!("{}{id}", pipeline::DOC).into_bytes(),
