@@ -77,6 +77,16 @@
 //!
 //! The acknowledgements live under [`ACK_KEYSPACE`]: never watched, and not
 //! for the application to write.
+//!
+//! One limit: a run finds a change by the key's newest Put or Delete record,
+//! and garbage collection removes a deleted key's records once the delete
+//! is older than the GC life time (ten minutes by default). A delete whose
+//! notification no worker reaches within that time (workers stopped while
+//! the client collects) is then not observed. Keep workers running, or
+//! lengthen [`AutoGcConfig::life_time`](super::AutoGcConfig::life_time).
+//!
+//! Raw writes ([`RawClient`](super::RawClient)) are not transactional and
+//! notify nothing.
 
 mod worker;
 
