@@ -15,6 +15,12 @@
 //!   indexed per second of the workers' run, from the first to the last
 //!   notification cleared.
 //!
+//! The three run in 5 rounds, each writing a fifth of the documents per
+//! round, in alternating order, so that the machine's other load weighs on
+//! all of them alike. Then 1PC transactions of 4 unwatched keys on a client
+//! with no observer and on one with an observer of another prefix,
+//! alternating too (what a transaction that writes no watched key pays).
+//!
 //! Then the latency from a loader's commit to the start of the observer
 //! run for its document, with the loader writing at a steady
 //! `--observer-rate` documents per second while 1 or 2 workers run.
@@ -94,31 +100,30 @@ pub fn run(docs: u64, vocabulary: u64, rate: u64, latency_seconds: f64) -> Resul
     println!(
         "# Observers: {docs} distinct documents of 8 words ({vocabulary}-word vocabulary), RocksDB"
     );
-    let inline = inline(docs, vocabulary)?;
+    let t = throughput(docs, vocabulary)?;
     println!(
         "inline       : {:>9.0} docs/s (write + index in one transaction)",
-        inline
+        t.inline
     );
-    let mut by_workers = Vec::new();
-    for workers in [1, 2] {
-        let (write, indexed, metrics) = observed(docs, vocabulary, workers)?;
+    for (i, indexed) in t.observed.iter().enumerate() {
+        let workers = i + 1;
+        let m = &t.metrics[i];
         println!(
-            "observer-{workers}   : {:>9.0} docs/s indexed by {workers} worker(s); loader alone {:>9.0} docs/s; \
+            "observer-{workers}   : {indexed:>9.0} docs/s indexed by {workers} worker(s); loader alone {:>9.0} docs/s; \
              runs {}, conflicts {}, jumps {}",
-            indexed, write, metrics.runs, metrics.conflicts, metrics.jumps
+            t.loader[i], m.runs, m.conflicts, m.jumps
         );
-        by_workers.push(indexed);
     }
-    for (i, indexed) in by_workers.iter().enumerate() {
+    for (i, indexed) in t.observed.iter().enumerate() {
         println!(
             "RATIO observer-{} / inline: {:.2}x",
             i + 1,
-            indexed / inline
+            indexed / t.inline
         );
     }
     println!(
         "RATIO observer-2 / observer-1: {:.2}x",
-        by_workers[1] / by_workers[0]
+        t.observed[1] / t.observed[0]
     );
     let (none, other) = unwatched(docs)?;
     println!(
@@ -138,12 +143,81 @@ pub fn run(docs: u64, vocabulary: u64, rate: u64, latency_seconds: f64) -> Resul
     Ok(())
 }
 
-/// Documents per second written and indexed inline.
-fn inline(docs: u64, vocabulary: u64) -> Result<f64, BoxError> {
-    let dir = tempfile::tempdir()?;
-    let client = Client::open(dir.path())?;
+/// The throughputs, in documents per second.
+struct Throughput {
+    /// Written and indexed inline.
+    inline: f64,
+    /// Indexed by 1 and 2 workers.
+    observed: [f64; 2],
+    /// Written by the loader of the observed systems (notifications
+    /// included, indexing not).
+    loader: [f64; 2],
+    /// The observed systems' metrics at the end.
+    metrics: [percolate::ObserverMetrics; 2],
+}
+
+/// Rounds of the throughput measurement: each system writes (and indexes)
+/// a fifth of the documents per round, in alternating order, so that the
+/// machine's other load weighs on all alike.
+const ROUNDS: u64 = 5;
+
+/// Measures the three systems, each on its own RocksDB directory.
+fn throughput(docs: u64, vocabulary: u64) -> Result<Throughput, BoxError> {
+    let dirs = [
+        tempfile::tempdir()?,
+        tempfile::tempdir()?,
+        tempfile::tempdir()?,
+    ];
+    let inline = Client::open(dirs[0].path())?;
+    let observed = [Client::open(dirs[1].path())?, Client::open(dirs[2].path())?];
+    let calls = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    for (client, calls) in observed.iter().zip(&calls) {
+        register_indexer(client, calls.clone())?;
+    }
+    let chunk = docs / ROUNDS;
+    let (mut t_inline, mut t_loader, mut t_workers) =
+        (Duration::ZERO, [Duration::ZERO; 2], [Duration::ZERO; 2]);
+    for round in 0..ROUNDS {
+        let ids = round * chunk..(round + 1) * chunk;
+        let mut order = [0, 1, 2];
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for system in order {
+            if system == 0 {
+                t_inline += inline_chunk(&inline, ids.clone(), vocabulary)?;
+            } else {
+                let i = system - 1;
+                let (load, work) =
+                    observed_chunk(&observed[i], &calls[i], system, ids.clone(), vocabulary)?;
+                t_loader[i] += load;
+                t_workers[i] += work;
+            }
+        }
+    }
+    check(&inline)?;
+    let n = (chunk * ROUNDS) as f64;
+    let mut metrics = [percolate::ObserverMetrics::default(); 2];
+    for (i, client) in observed.iter().enumerate() {
+        check(client)?;
+        metrics[i] = client.observer_metrics()?;
+    }
+    Ok(Throughput {
+        inline: n / t_inline.as_secs_f64(),
+        observed: t_workers.map(|t| n / t.as_secs_f64()),
+        loader: t_loader.map(|t| n / t.as_secs_f64()),
+        metrics,
+    })
+}
+
+/// Writes and indexes the documents `ids` inline; the time it took.
+fn inline_chunk(
+    client: &Client,
+    ids: std::ops::Range<u64>,
+    vocabulary: u64,
+) -> Result<Duration, BoxError> {
     let started = Instant::now();
-    for i in 0..docs {
+    for i in ids {
         let (id, text) = (id(i), text(i, vocabulary));
         let key = format!("{}{id}", pipeline::DOC);
         client.with_retry(|txn| {
@@ -151,9 +225,7 @@ fn inline(docs: u64, vocabulary: u64) -> Result<f64, BoxError> {
             pipeline::index_document(txn, key.as_bytes(), false)
         })?;
     }
-    let per_second = docs as f64 / started.elapsed().as_secs_f64();
-    check(&client)?;
-    Ok(per_second)
+    Ok(started.elapsed())
 }
 
 /// Registers the indexer; the counter counts its calls (read while the
@@ -165,36 +237,34 @@ fn register_indexer(client: &Client, calls: Arc<AtomicU64>) -> percolate::Result
     })
 }
 
-/// The loader's documents per second, the workers' documents indexed per
-/// second, and the observers' metrics.
-fn observed(
-    docs: u64,
-    vocabulary: u64,
+/// Writes the documents `ids`, then indexes them with `workers` worker
+/// threads; the time each took.
+fn observed_chunk(
+    client: &Client,
+    calls: &AtomicU64,
     workers: usize,
-) -> Result<(f64, f64, percolate::ObserverMetrics), BoxError> {
-    let dir = tempfile::tempdir()?;
-    let client = Client::open(dir.path())?;
-    let calls = Arc::new(AtomicU64::new(0));
-    register_indexer(&client, calls.clone())?;
+    ids: std::ops::Range<u64>,
+    vocabulary: u64,
+) -> Result<(Duration, Duration), BoxError> {
+    let target = calls.load(Ordering::Relaxed) + (ids.end - ids.start);
     let started = Instant::now();
-    for i in 0..docs {
+    for i in ids {
         let (id, text) = (id(i), text(i, vocabulary));
         client.with_retry(|txn| pipeline::load(txn, &id, Some(&text)))?;
     }
-    let write = docs as f64 / started.elapsed().as_secs_f64();
+    let load = started.elapsed();
     let mut handle = client.workers();
     let started = Instant::now();
     handle.start(workers)?;
-    // Every document's run called (a conflict calls again): then wait
-    // for the last commits.
-    while calls.load(Ordering::Relaxed) < docs {
+    // Every document's run called (a conflict calls again), then the last
+    // commits.
+    while calls.load(Ordering::Relaxed) < target {
         std::thread::sleep(Duration::from_millis(1));
     }
     handle.run_until_idle()?;
-    let indexed = docs as f64 / started.elapsed().as_secs_f64();
+    let work = started.elapsed();
     handle.stop()?;
-    check(&client)?;
-    Ok((write, indexed, client.observer_metrics()?))
+    Ok((load, work))
 }
 
 /// What observers cost a transaction that writes no watched key: 1PC
