@@ -102,16 +102,16 @@ pub fn run(docs: u64, vocabulary: u64, rate: u64, latency_seconds: f64) -> Resul
     );
     let t = throughput(docs, vocabulary)?;
     println!(
-        "inline       : {:>9.0} docs/s (write + index in one transaction)",
-        t.inline
+        "inline       : {:>9.0} docs/s (write + index in one transaction), CPU {:.0} µs/doc",
+        t.inline, t.cpu_micros[0]
     );
     for (i, indexed) in t.observed.iter().enumerate() {
         let workers = i + 1;
         let m = &t.metrics[i];
         println!(
-            "observer-{workers}   : {indexed:>9.0} docs/s indexed by {workers} worker(s); loader alone {:>9.0} docs/s; \
-             runs {}, conflicts {}, jumps {}",
-            t.loader[i], m.runs, m.conflicts, m.jumps
+            "observer-{workers}   : {indexed:>9.0} docs/s indexed by {workers} worker(s), CPU {:.0} µs/doc; \
+             loader alone {:>9.0} docs/s; runs {}, conflicts {}, jumps {}",
+            t.cpu_micros[workers], t.loader[i], m.runs, m.conflicts, m.jumps
         );
     }
     for (i, indexed) in t.observed.iter().enumerate() {
@@ -125,6 +125,12 @@ pub fn run(docs: u64, vocabulary: u64, rate: u64, latency_seconds: f64) -> Resul
         "RATIO observer-2 / observer-1: {:.2}x",
         t.observed[1] / t.observed[0]
     );
+    for i in 1..3 {
+        println!(
+            "RATIO CPU per doc observer-{i} / inline: {:.2}x",
+            t.cpu_micros[i] / t.cpu_micros[0]
+        );
+    }
     let (none, other) = unwatched(docs)?;
     println!(
         "unwatched writes: {none:>9.0} txn/s with no observer, {other:>9.0} txn/s with an observer of another prefix"
@@ -154,6 +160,9 @@ struct Throughput {
     loader: [f64; 2],
     /// The observed systems' metrics at the end.
     metrics: [percolate::ObserverMetrics; 2],
+    /// CPU time of the process per document: inline (write and index),
+    /// then the workers' phase of observer-1 and observer-2 (index only).
+    cpu_micros: [f64; 3],
 }
 
 /// Rounds of the throughput measurement: each system writes (and indexes)
@@ -177,6 +186,7 @@ fn throughput(docs: u64, vocabulary: u64) -> Result<Throughput, BoxError> {
     let chunk = docs / ROUNDS;
     let (mut t_inline, mut t_loader, mut t_workers) =
         (Duration::ZERO, [Duration::ZERO; 2], [Duration::ZERO; 2]);
+    let mut cpu = [Duration::ZERO; 3];
     for round in 0..ROUNDS {
         let ids = round * chunk..(round + 1) * chunk;
         let mut order = [0, 1, 2];
@@ -185,13 +195,16 @@ fn throughput(docs: u64, vocabulary: u64) -> Result<Throughput, BoxError> {
         }
         for system in order {
             if system == 0 {
+                let cpu_before = crate::run::process_cpu();
                 t_inline += inline_chunk(&inline, ids.clone(), vocabulary)?;
+                cpu[0] += crate::run::process_cpu().saturating_sub(cpu_before);
             } else {
                 let i = system - 1;
-                let (load, work) =
+                let (load, work, work_cpu) =
                     observed_chunk(&observed[i], &calls[i], system, ids.clone(), vocabulary)?;
                 t_loader[i] += load;
                 t_workers[i] += work;
+                cpu[system] += work_cpu;
             }
         }
     }
@@ -207,6 +220,7 @@ fn throughput(docs: u64, vocabulary: u64) -> Result<Throughput, BoxError> {
         observed: t_workers.map(|t| n / t.as_secs_f64()),
         loader: t_loader.map(|t| n / t.as_secs_f64()),
         metrics,
+        cpu_micros: cpu.map(|c| c.as_secs_f64() * 1e6 / n),
     })
 }
 
@@ -238,14 +252,14 @@ fn register_indexer(client: &Client, calls: Arc<AtomicU64>) -> percolate::Result
 }
 
 /// Writes the documents `ids`, then indexes them with `workers` worker
-/// threads; the time each took.
+/// threads; the time each took, and the CPU time of the second.
 fn observed_chunk(
     client: &Client,
     calls: &AtomicU64,
     workers: usize,
     ids: std::ops::Range<u64>,
     vocabulary: u64,
-) -> Result<(Duration, Duration), BoxError> {
+) -> Result<(Duration, Duration, Duration), BoxError> {
     let target = calls.load(Ordering::Relaxed) + (ids.end - ids.start);
     let started = Instant::now();
     for i in ids {
@@ -254,7 +268,7 @@ fn observed_chunk(
     }
     let load = started.elapsed();
     let mut handle = client.workers();
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), crate::run::process_cpu());
     handle.start(workers)?;
     // Every document's run called (a conflict calls again), then the last
     // commits.
@@ -264,7 +278,8 @@ fn observed_chunk(
     handle.run_until_idle()?;
     let work = started.elapsed();
     handle.stop()?;
-    Ok((load, work))
+    let cpu = crate::run::process_cpu().saturating_sub(cpu_before);
+    Ok((load, work, cpu))
 }
 
 /// What observers cost a transaction that writes no watched key: 1PC
