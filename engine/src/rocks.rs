@@ -746,13 +746,8 @@ impl RocksEngine {
             handle(db, Cf::ALL[1])?,
             handle(db, Cf::ALL[2])?,
             handle(db, Cf::ALL[3])?,
+            handle(db, Cf::ALL[4])?,
         ];
-        // `notify` (observers' notifications) is looked up only by a batch
-        // that writes it: the others pay nothing for it.
-        let handles = |cf: Cf| match handles.get(cf.index()) {
-            Some(h) => Ok(*h),
-            None => handle(db, cf),
-        };
         // Room for every record up front: the batch is one growing string,
         // re-copied at each doubling otherwise.
         let mut wb = rocksdb::WriteBatch::with_capacity_bytes(rocks_batch_size(batch));
@@ -767,7 +762,7 @@ impl RocksEngine {
                     // that no key is in both.
                     if locks.get(key).is_some() && !locks.holds_memory_only(key) {
                         set_data_key(&mut stored, key);
-                        wb.delete_cf(handles(*cf)?, &stored);
+                        wb.delete_cf(handles[cf.index()], &stored);
                     }
                 }
                 Modify::Put { cf, key, value } => {
@@ -777,18 +772,18 @@ impl RocksEngine {
                         newest = newest.max(crate::epochs::commit_ts(key));
                     }
                     set_data_key(&mut stored, key);
-                    wb.put_cf(handles(*cf)?, &stored, value)
+                    wb.put_cf(handles[cf.index()], &stored, value)
                 }
                 // Nothing to delete from RocksDB.
                 Modify::Delete { cf: Cf::Lock, key } if locks.holds_memory_only(key) => {}
                 Modify::Delete { cf, key } => {
                     set_data_key(&mut stored, key);
-                    wb.delete_cf(handles(*cf)?, &stored)
+                    wb.delete_cf(handles[cf.index()], &stored)
                 }
                 // RocksDB rejects an inverted range; it removes nothing.
                 Modify::DeleteRange { start, end, .. } if start >= end => {}
                 Modify::DeleteRange { cf, start, end } => {
-                    wb.delete_range_cf(handles(*cf)?, data_key(start), data_key(end))
+                    wb.delete_range_cf(handles[cf.index()], data_key(start), data_key(end))
                 }
             }
         }
@@ -802,7 +797,11 @@ impl RocksEngine {
             let _raising = inner.raising.lock();
             if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
                 let ceiling = newest.saturating_add(TS_CEILING_STEP);
-                wb.put_cf(handles(Cf::Default)?, TS_CEILING_KEY, ceiling.to_be_bytes());
+                wb.put_cf(
+                    handles[Cf::Default.index()],
+                    TS_CEILING_KEY,
+                    ceiling.to_be_bytes(),
+                );
                 db.write_opt(wb, &opts)?;
                 inner.persisted_ceiling.store(ceiling, Ordering::SeqCst);
                 return Ok(());
