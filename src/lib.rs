@@ -73,7 +73,7 @@ pub use percolate_mvcc as mvcc;
 pub use percolate_txn as txn;
 pub use percolate_txn::client::{
     AutoGcConfig, Client, ClientConfig, CommitInfo, CommitOptions, CommitProtocol, Keys, Keyspace,
-    OpenOptions, ParallelPrewrite, PessimisticTransaction, RawClient, RawScanIter, Scan,
-    SecondaryCommits, Snapshot, Transaction, TxnError,
+    ObserverMetrics, OpenOptions, ParallelPrewrite, PessimisticTransaction, RawClient, RawScanIter,
+    Scan, SecondaryCommits, Snapshot, Transaction, TxnError, Watch, WorkerConfig, Workers,
 };
 pub use percolate_txn::{Error, Result};

@@ -15,7 +15,8 @@
 //! Two engines implement the traits:
 //!
 //! * [`RocksEngine`]: the real default, one RocksDB instance with the column
-//!   families `default`, `lock` and `write`, durable across restarts;
+//!   families `default`, `lock` and `write` (TiKV's), `raw` and `notify`,
+//!   durable across restarts;
 //! * [`MemoryEngine`]: ordered maps with truly isolated snapshots, for fast
 //!   tests. Every behaviour test runs on both.
 //!
@@ -66,12 +67,17 @@ pub enum Cf {
     /// raw key as given. A column family of its own, so no raw key can ever
     /// collide with transactional data.
     Raw,
+    /// `notify`: observer notifications (see `percolate-txn`'s `observe`
+    /// module): one entry per changed watched key and writer, a hint that
+    /// an observer may have work there. Not transactional, and not part of
+    /// TiKV's format: a TiKV store has no such column family.
+    Notify,
 }
 
 impl Cf {
     /// Every column family, in a fixed order (usable as an array index via
     /// [`Cf::index`]).
-    pub const ALL: [Cf; 4] = [Cf::Default, Cf::Lock, Cf::Write, Cf::Raw];
+    pub const ALL: [Cf; 5] = [Cf::Default, Cf::Lock, Cf::Write, Cf::Raw, Cf::Notify];
 
     /// The RocksDB name of the column family, as TiKV names it.
     pub const fn name(self) -> &'static str {
@@ -80,6 +86,7 @@ impl Cf {
             Cf::Lock => "lock",
             Cf::Write => "write",
             Cf::Raw => "raw",
+            Cf::Notify => "notify",
         }
     }
 
@@ -90,6 +97,7 @@ impl Cf {
             Cf::Lock => 1,
             Cf::Write => 2,
             Cf::Raw => 3,
+            Cf::Notify => 4,
         }
     }
 

@@ -1,6 +1,9 @@
 //! The RocksDB engine: the real default.
 //!
-//! One RocksDB instance holds the three column families. Like TiKV's
+//! One RocksDB instance holds the column families ([`Cf::ALL`]: the three
+//! of TiKV's format, `raw`, and `notify` for observers' notifications; a
+//! database made before `notify` existed gets it at its next open, and a
+//! read-only open of one goes without it). Like TiKV's
 //! raftstore, every key is stored behind the one-byte data prefix `z`
 //! ([`DATA_PREFIX`]), so the files on disk carry the same keys a TiKV store
 //! would, and the key space below `z` stays free for local metadata. The
@@ -13,6 +16,7 @@
 //! | `write` | prefix bloom on the key without its 8-byte ts, in SSTs and in the memtable | a point read seeks `key+read_ts` and must skip every file that has no version of `key` |
 //! | `lock` | whole-key bloom, in SSTs and in the memtable | prewrite and reads probe one lock per key, mostly absent |
 //! | `default` | whole-key bloom, in SSTs and in the memtable | long values are fetched by exact `key+start_ts` |
+//! | `raw`, `notify` | whole-key bloom, in SSTs and in the memtable | as `lock`: point probes, scans of few entries |
 //!
 //! **Pessimistic locks are kept in memory only**, as TiKV keeps them by
 //! default since 6.0 ("in-memory pessimistic locks"): a lock-CF record
@@ -338,8 +342,20 @@ impl RocksEngine {
         }
         let cache = Cache::new_lru_cache(options.block_cache_bytes);
         let gc = Arc::new(gc_filter::GcShared::default());
+        // A read-only open cannot create a column family: one made before
+        // `notify` existed is opened without it (and holds no
+        // notification).
+        let present = if read_only {
+            DB::list_cf(&Options::default(), &path).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let opened_cfs: Vec<Cf> = Cf::ALL
+            .into_iter()
+            .filter(|cf| !read_only || *cf != Cf::Notify || present.iter().any(|n| n == cf.name()))
+            .collect();
         let open = |mode| {
-            let cfs = Cf::ALL
+            let cfs = opened_cfs
                 .iter()
                 .map(|&cf| {
                     let mut opts = cf_options(cf, options, &cache)?;
@@ -390,7 +406,7 @@ impl RocksEngine {
             }
             other => other?,
         };
-        for cf in Cf::ALL {
+        for cf in opened_cfs {
             if db.cf_handle(cf.name()).is_none() {
                 return Err(Error::MissingColumnFamily { cf: cf.name() });
             }
@@ -457,7 +473,11 @@ impl RocksEngine {
     /// keep the flushed memtables in memory until their next use.
     pub fn flush(&self) -> Result<()> {
         for cf in Cf::ALL {
-            self.inner.db.flush_cf(handle(&self.inner.db, cf)?)?;
+            // `notify` may be missing from a read-only open of an old
+            // database.
+            if let Some(cf) = self.inner.db.cf_handle(cf.name()) {
+                self.inner.db.flush_cf(cf)?;
+            }
         }
         self.cursors.clear();
         Ok(())
@@ -726,6 +746,7 @@ impl RocksEngine {
             handle(db, Cf::ALL[1])?,
             handle(db, Cf::ALL[2])?,
             handle(db, Cf::ALL[3])?,
+            handle(db, Cf::ALL[4])?,
         ];
         // Room for every record up front: the batch is one growing string,
         // re-copied at each doubling otherwise.

@@ -416,8 +416,13 @@ pub fn check_engines_agree<A: Engine, B: Engine>(a: &A, b: &B, seed: u64, rounds
                 "seed {seed} round {round} cf {cf} {options:?}"
             );
             let target = random_key(&mut rng);
-            // Prefix seeks are defined for targets that carry a ts suffix.
-            let seek_mode = if target.len() >= crate::TS_SUFFIX_LEN && rng.random_bool(0.5) {
+            // Prefix seeks are defined for targets that carry a ts suffix,
+            // inside the bounds (a seek below the lower bound lands on the
+            // bound, whose prefix is not the target's).
+            let seek_mode = if target.len() >= crate::TS_SUFFIX_LEN
+                && options.contains(&target)
+                && rng.random_bool(0.5)
+            {
                 SeekMode::Prefix
             } else {
                 SeekMode::TotalOrder

@@ -83,6 +83,11 @@ pub enum DecodeError {
         /// The stored `estimated_versions_to_last_change`.
         versions: u64,
     },
+    /// The last byte of an observer notification key (the `notify`
+    /// column family, see `percolate-txn`'s `notify` module) is not a
+    /// notification kind.
+    #[error("unknown notification kind byte {0:#04x}")]
+    BadNotifyKind(u8),
     /// The input was empty where a record was expected.
     #[error("empty {what}")]
     Empty {

@@ -215,6 +215,35 @@ pub enum Error {
         end: Option<Vec<u8>>,
     },
 
+    /// An observer's transaction failed on `key` (its function returned an
+    /// error, or the transaction did not commit): the notification stays,
+    /// and the observer runs again later.
+    #[error(
+        "observer {name} failed on key {}: {source}",
+        crate::errors::Shown(key)
+    )]
+    Observer {
+        /// The observer's name.
+        name: String,
+        /// The watched key, raw.
+        key: Vec<u8>,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// [`Workers::run_until_idle`](crate::client::Workers::run_until_idle)
+    /// gave up: notifications were still pending after `waited` (their
+    /// writers' locks did not go away, or their observers kept
+    /// conflicting).
+    #[error("{pending} observer notifications still pending after {waited:?}")]
+    ObserversNotIdle {
+        /// Notifications left.
+        pending: usize,
+        /// How long it tried.
+        waited: std::time::Duration,
+    },
+
     /// A fail point fired (see [`crate::fail`]): an injected failure, for
     /// tests. Only in builds with the `failpoints` feature.
     #[cfg(any(test, feature = "failpoints"))]
@@ -318,6 +347,7 @@ impl Error {
             | Error::DeadlineExceeded { .. }
             | Error::Deadlock { .. }
             | Error::ResolveLockTimeout { .. } => true,
+            Error::Observer { source, .. } => source.is_retryable(),
             _ => false,
         }
     }

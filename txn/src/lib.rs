@@ -45,6 +45,7 @@ pub mod fail;
 mod fail;
 pub mod lock_wait;
 pub mod metrics;
+pub mod notify;
 pub mod oracle;
 pub mod read;
 pub mod scheduler;

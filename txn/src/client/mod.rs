@@ -29,6 +29,7 @@ mod export;
 mod gc;
 mod heartbeat;
 mod keyspace;
+pub mod observe;
 mod pessimistic;
 mod raw;
 mod resolver;
@@ -53,6 +54,7 @@ use self::heartbeat::HeartBeats;
 pub use self::keyspace::{
     KEYSPACE_MARKER, Keyspace, KeyspaceRead, KeyspaceScan, KeyspaceWrite, MAX_KEYSPACE_NAME,
 };
+pub use self::observe::{ACK_KEYSPACE, ObserverMetrics, Watch, WorkerConfig, Workers};
 pub use self::pessimistic::PessimisticTransaction;
 pub use self::raw::{RawClient, RawScanIter};
 pub use self::scan::{FIRST_BATCH, Keys, MAX_BATCH, Scan};
@@ -238,6 +240,8 @@ pub(crate) struct Inner<E: Engine> {
     pub(crate) auto_gc: auto_gc::AutoGc,
     /// Shared with the regions' storages ([`Client::metrics`]).
     pub(crate) metrics: Arc<Metrics>,
+    /// The observers ([`Client::observe`]) and what their workers share.
+    pub(crate) observers: observe::Registry<E>,
     /// The data directory's lock, held while the client lives (see
     /// [`Client::open_with`]); `None` for a client built from parts.
     _dir_lock: Option<std::fs::File>,
@@ -867,6 +871,7 @@ impl<E: Engine> Inner<E> {
             heartbeats: HeartBeats::new(weak.clone(), config.lock_ttl_ms),
             config,
             auto_gc,
+            observers: observe::Registry::new(),
             _dir_lock: dir_lock,
             read_only,
         })

@@ -135,6 +135,9 @@ impl<E: Engine> std::fmt::Debug for Transaction<E> {
 struct Batch {
     region: usize,
     mutations: Vec<Mutation>,
+    /// The watched keys among them (see [`Prewrite::notify`]); empty
+    /// unless the client has observers.
+    notify: Vec<Key>,
 }
 
 impl<E: Engine> Transaction<E> {
@@ -388,6 +391,8 @@ struct Committer<'a, E: Engine> {
     /// How every command of the commit is written (`None`: each region's
     /// durability).
     durability: Option<Durability>,
+    /// How many watched keys it writes (observers' notifications).
+    notifies: usize,
 }
 
 impl<'a, E: Engine> Committer<'a, E> {
@@ -413,9 +418,16 @@ impl<'a, E: Engine> Committer<'a, E> {
             Vec::new()
         };
         let mut by_region: Vec<(usize, Vec<Mutation>)> = Vec::new();
+        // The watched keys, in key order (as the buffer); only a client
+        // with observers looks.
+        let mut watched: Vec<Key> = Vec::new();
+        let watching = client.observers.is_active();
         for (raw, op) in buffer {
             let region = client.cluster.region_index(&raw);
             let k = key(&raw);
+            if watching && op != Op::Lock && client.observers.watches(&raw) {
+                watched.push(k.clone());
+            }
             let mut mutation = match op {
                 Op::Put(v) => Mutation::put(k, v),
                 Op::Delete => Mutation::delete(k),
@@ -439,10 +451,21 @@ impl<'a, E: Engine> Committer<'a, E> {
         for (region, mutations) in by_region {
             let mut rest = mutations.into_iter().peekable();
             while rest.peek().is_some() {
-                let chunk = rest.by_ref().take(config.max_batch_keys.max(1)).collect();
+                let chunk: Vec<Mutation> =
+                    rest.by_ref().take(config.max_batch_keys.max(1)).collect();
+                let notify = if watched.is_empty() {
+                    Vec::new()
+                } else {
+                    chunk
+                        .iter()
+                        .filter(|m| watched.binary_search(&m.key).is_ok())
+                        .map(|m| m.key.clone())
+                        .collect()
+                };
                 batches.push(Batch {
                     region,
                     mutations: chunk,
+                    notify,
                 });
             }
         }
@@ -470,6 +493,7 @@ impl<'a, E: Engine> Committer<'a, E> {
             committed: false,
             heart_beating: false,
             durability: None,
+            notifies: watched.len(),
         }
     }
 
@@ -493,6 +517,9 @@ impl<'a, E: Engine> Committer<'a, E> {
                 .txn_size(self.key_count as u64);
         if let Some(for_update_ts) = self.for_update_ts {
             prewrite.props.kind = TransactionKind::Pessimistic { for_update_ts };
+        }
+        if !batch.notify.is_empty() {
+            prewrite.notify = batch.notify.clone();
         }
         match self.protocol {
             CommitProtocol::OnePc => prewrite = prewrite.one_pc(TimeStamp::zero()),
@@ -522,6 +549,9 @@ impl<'a, E: Engine> Committer<'a, E> {
         let outcome = self.prewrite_and_commit();
         if self.heart_beating {
             self.client.heartbeats.stop(self.start_ts);
+        }
+        if self.notifies > 0 && outcome.is_ok() {
+            self.client.observers.notified(self.notifies);
         }
         // A client dying at a fail point leaves its locks as they are.
         if let Err(e) = &outcome {

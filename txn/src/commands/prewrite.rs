@@ -29,6 +29,11 @@ pub struct Prewrite {
     /// Async commit: the raw secondary keys, recorded on the primary's lock
     /// when the primary is among the mutations.
     pub secondaries: Option<Vec<Vec<u8>>>,
+    /// Watched keys among the mutations: each gets a strong observer
+    /// notification ([`crate::notify`]) in the same atomic write as its
+    /// lock (or, for 1PC, its commit). Empty for a transaction that writes
+    /// no watched key, which then pays nothing for observers.
+    pub notify: Vec<Key>,
 }
 
 impl Prewrite {
@@ -54,6 +59,7 @@ impl Prewrite {
                 ..Default::default()
             },
             secondaries: None,
+            notify: Vec::new(),
         }
     }
 
@@ -187,6 +193,7 @@ impl WriteCommand for Prewrite {
             mutations,
             mut props,
             secondaries,
+            notify,
         } = self;
         // An existence check is a read at start_ts (tikv#11315).
         if mutations.iter().any(|m| {
@@ -200,7 +207,11 @@ impl WriteCommand for Prewrite {
         if props.commit_kind == CommitKind::TwoPc {
             let (txn, result) =
                 prewrite_mutations(&ctx.snapshot, &props, &mutations, secondaries.as_deref())?;
-            return Ok(WriteResult::new(txn, result));
+            let mut written = WriteResult::new(txn, result);
+            if !notify.is_empty() {
+                notify_with(&mut written, &notify, props.start_ts);
+            }
+            return Ok(written);
         }
         let guards = ctx.cm.lock_keys(mutations.iter().map(|m| m.key.clone()));
         let (max_ts, publish) = ctx.cm.lock_for_publish(&guards);
@@ -235,11 +246,26 @@ impl WriteCommand for Prewrite {
             });
         }
         let mut txn = txn;
-        Ok(WriteResult {
+        let mut written = WriteResult {
             committed: txn.take_committed_versions(),
             batch: txn.into_write_batch(),
             output: result,
             guards,
-        })
+        };
+        if !notify.is_empty() {
+            notify_with(&mut written, &notify, props.start_ts);
+        }
+        Ok(written)
+    }
+}
+
+/// Adds the notifications of the watched keys `notify` to a prewrite that
+/// writes something (its locks, or its 1PC commit). One that writes some
+/// locks and is blocked by others' notifies every key all the same (a
+/// notification of a key that then does not change is only a wasted look);
+/// a retry with nothing left to write adds none, its first attempt did.
+fn notify_with(written: &mut WriteResult<PrewriteResult>, notify: &[Key], start_ts: TimeStamp) {
+    if !written.batch.is_empty() {
+        crate::notify::put_strong(&mut written.batch, notify, start_ts);
     }
 }

@@ -29,7 +29,9 @@ use crate::Result;
 /// * write CF: a key without a timestamp suffix after an encoded key, or a
 ///   value that is not a Write record;
 /// * default CF: a key without a timestamp suffix after an encoded key
-///   (values there are the user's bytes, any bytes).
+///   (values there are the user's bytes, any bytes);
+/// * notify CF: a key that is not an observer notification
+///   ([`crate::notify`]; its value is ignored).
 ///
 /// No latch is taken: every command that reaches a damaged record fails on
 /// it, so none can be using one, and no command writes one.
@@ -57,8 +59,8 @@ pub struct DamagedRecord {
 impl WriteCommand for Repair {
     const KIND: crate::metrics::CommandKind = crate::metrics::CommandKind::Repair;
 
-    /// The records removed, lock CF first, then write, then default, each
-    /// in key order.
+    /// The records removed, lock CF first, then write, default and
+    /// notify, each in key order.
     type Output = Vec<DamagedRecord>;
 
     fn latch_keys(&self) -> Vec<Key> {
@@ -71,7 +73,7 @@ impl WriteCommand for Repair {
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<Self::Output>> {
         let mut damaged = Vec::new();
-        for cf in [Cf::Lock, Cf::Write, Cf::Default] {
+        for cf in [Cf::Lock, Cf::Write, Cf::Default, Cf::Notify] {
             let mut options = IterOptions::new().fill_cache(false);
             options.lower_bound = self.start.as_ref().map(|k| k.as_encoded().clone());
             options.upper_bound = self.end.as_ref().map(|k| k.as_encoded().clone());
@@ -112,6 +114,9 @@ fn check(cf: Cf, key: &[u8], value: &[u8]) -> std::result::Result<(), DecodeErro
         Cf::Default => {
             let (user_key, _) = Key::split_on_ts_for(key)?;
             Key::from_encoded_slice(user_key).to_raw()?;
+        }
+        Cf::Notify => {
+            crate::notify::Notification::decode(key)?;
         }
         _ => {}
     }

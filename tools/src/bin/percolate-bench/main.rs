@@ -41,6 +41,7 @@
 //! in turn, so all see the same machine state. See docs/BENCHMARKS.md for
 //! what the figures mean.
 
+mod observers;
 mod report;
 mod run;
 mod systems;
@@ -127,6 +128,24 @@ struct Args {
     /// waiting for compactions first.
     #[arg(long)]
     no_flush: bool,
+    /// Run the observer benchmark instead (issue 17: observer throughput
+    /// with 1 and 2 workers beside the same work done inline, and the
+    /// latency from a commit to its observer's run; see
+    /// `observers.rs`).
+    #[arg(long)]
+    observers: bool,
+    /// Distinct documents each system of `--observers` writes.
+    #[arg(long, default_value_t = 20_000)]
+    observer_docs: u64,
+    /// Words in the vocabulary of `--observers`' documents: few make the
+    /// per-term counts hot (observer transactions conflict on them), many
+    /// keep them apart.
+    #[arg(long, default_value_t = 32)]
+    observer_words: u64,
+    /// Documents per second the loader writes while `--observers` measures
+    /// latency (for `--seconds`).
+    #[arg(long, default_value_t = 1_000)]
+    observer_rate: u64,
 }
 
 /// The measurement with the median throughput (the upper one of an even
@@ -228,6 +247,14 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
 
 fn main() -> Result<(), BoxError> {
     let args = Args::parse();
+    if args.observers {
+        return observers::run(
+            args.observer_docs,
+            args.observer_words,
+            args.observer_rate,
+            args.seconds,
+        );
+    }
     if args.records == 0 || args.threads.contains(&0) {
         return Err("need at least 1 record and 1 thread".into());
     }

@@ -306,7 +306,7 @@ pub fn measure(
 
 /// The CPU time (user and system) of this process so far, from
 /// /proc/self/stat (in clock ticks of 10 ms); zero where there is none.
-fn process_cpu() -> Duration {
+pub(crate) fn process_cpu() -> Duration {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
         return Duration::ZERO;
     };

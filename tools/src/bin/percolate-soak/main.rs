@@ -14,6 +14,7 @@
 
 #[path = "crash.rs"]
 mod crash;
+mod observers;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -43,6 +44,26 @@ enum Command {
     /// command).
     #[command(hide = true)]
     CrashWriter(CrashWriterArgs),
+    /// The observer writer that `tools/tests/observers_crash.rs` kills
+    /// (an internal command).
+    #[command(hide = true)]
+    ObserverWriter(ObserverWriterArgs),
+}
+
+#[derive(Debug, Args)]
+struct ObserverWriterArgs {
+    /// Seeds the documents.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// How many document ids.
+    #[arg(long, default_value_t = 40)]
+    documents: u32,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Exit after this many document writes (default: run until killed).
+    #[arg(long)]
+    writes: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -94,6 +115,15 @@ fn main() -> ExitCode {
                 transactions: args.transactions,
             };
             crash::writer::run_writer(&cli.dir, &args).map_err(|e| e as Failure)
+        }
+        Command::ObserverWriter(args) => {
+            let args = observers::ObserverWriterArgs {
+                seed: args.seed,
+                documents: args.documents,
+                workers: args.workers,
+                writes: args.writes,
+            };
+            observers::run(&cli.dir, &args)
         }
     };
     match outcome.and_then(|()| Ok(out.flush()?)) {
