@@ -251,7 +251,9 @@ impl ConcurrencyManager {
     }
 
     /// The newest data versions of the keys this region committed
-    /// recently, for point reads to fetch with a point get (see
+    /// recently, for point reads (and pessimistic lock requests that want
+    /// the value) to fetch with a point get, or from the hint's own copy
+    /// of the record (see
     /// [`VersionHints`]).
     pub fn version_hints(&self) -> Arc<dyn VersionHints> {
         self.inner.versions.clone()

@@ -22,7 +22,8 @@
 //! Point reads also take the region's version hints (the newest data
 //! version of recently committed keys, noted before each commit is
 //! written): the getter asks for one after judging the key's lock, and
-//! fetches that version with a point get instead of a seek. The same
+//! fetches that version with a point get instead of a seek, or takes it
+//! from the hint itself when the hint carries its record. The same
 //! argument covers it: a version written before the read began was noted
 //! before it was written, and a commit at or below the read ts that is not
 //! yet noted belongs to a lock the read has already seen.

@@ -22,19 +22,22 @@
 //! bytes, any Delete, any Put of a long value), so that a read of a hinted
 //! key makes no engine lookup at all: commits hand over the records they
 //! write, and a read that looked a record up fills it in. A record at
-//! `key@commit_ts` never changes once written (see
-//! [`VersionHints`] for GC), so a copy is as good as the engine's.
+//! `key@commit_ts` changes only by an overlapped rollback's flag, which
+//! reads ignore and whose write moves the epoch (see [`VersionHints`],
+//! also for GC), so a copy is as good as the engine's.
 //!
 //! The table is a fixed array of slots, each holding one key (inline, up to
 //! [`KEY_WORDS`] words of its encoded bytes), its version and its record, a
 //! key going to one of the two slots side by side that its hash picks: a
 //! key with no slot of its own takes an empty one or pushes out the one
-//! written longer ago, and a key that is in neither, or too long to be
+//! with the older version, and a key that is in neither, or too long to be
 //! held, is simply read with a seek. (With one slot per key, the hot keys
-//! of YCSB-A over 100,000 records found no hint in 14% of reads; a seek
-//! costs several times a hinted read.) Its memory is bounded: 65,536
-//! slots of 256 bytes per region (16 MiB), allocated a shard at a time as
-//! keys arrive.
+//! of YCSB-A over 100,000 records found no hint in 14% of reads, with two
+//! in 9.7%; a seek costs several times a hinted read.) Its memory is
+//! bounded: 65,536 slots of 256 bytes per region (16 MiB), allocated a
+//! shard (1/64th) at a time as keys arrive, so a region that has seen a
+//! few hundred keys has most of it; a client of N regions holds up to
+//! N x 16 MiB.
 //!
 //! Every point read asks here, from every thread, so a lookup writes
 //! nothing shared: each slot is a sequence lock. Writers (one per shard at
@@ -170,9 +173,9 @@ impl Packed {
 
 impl Slot {
     /// What the slot holds, or `None` if a writer was changing it. With
-    /// `record`, also the record's bytes when held (appended to it; the
-    /// caller keeps them only if the key is the one asked for).
-    fn read(&self, mut record: Option<&mut Vec<u8>>) -> Option<Held> {
+    /// `want`, also the record's bytes when held and the slot holds that
+    /// key (appended to the buffer).
+    fn read(&self, mut want: Option<(&Packed, &mut Vec<u8>)>) -> Option<Held> {
         let seq = self.seq.load(Ordering::Acquire);
         if seq & 1 == 1 {
             return None;
@@ -186,7 +189,8 @@ impl Slot {
         };
         let mut words = [0u64; RECORD_WORDS];
         let record_words = (held.record_len as usize).div_ceil(8).min(RECORD_WORDS);
-        if record.is_some() {
+        let copy = want.as_ref().is_some_and(|(key, _)| key.is_held_in(&held));
+        if copy {
             for (word, atomic) in words[..record_words].iter_mut().zip(&self.record) {
                 *word = atomic.load(Ordering::Relaxed);
             }
@@ -196,7 +200,7 @@ impl Slot {
         if self.seq.load(Ordering::Relaxed) != seq {
             return None;
         }
-        if let Some(record) = record.as_deref_mut() {
+        if let (true, Some((_, record))) = (copy, want.as_mut()) {
             let len = (held.record_len as usize).min(RECORD_WORDS * 8);
             record.extend(words.iter().flat_map(|w| w.to_le_bytes()).take(len));
         }
@@ -304,9 +308,18 @@ impl VersionCache {
         let (ways, _writer) = self.ways_mut(&key, true).expect("waited");
         let (slot, held) = ways.place(&key);
         // Commits of one key write ascending versions; a retried command
-        // may note an old one again, which changes nothing.
-        if key.is_held_in(&held) && commit_ts.into_inner() <= held.version {
-            return;
+        // may note an old one again, which changes nothing, except that a
+        // retry of a note not yet confirmed brings the record it writes
+        // now (a retried commit may write other bytes at the same
+        // commit_ts, an overlapped rollback's flag).
+        if key.is_held_in(&held) {
+            let same_unconfirmed =
+                commit_ts.into_inner() == held.version && held.epoch == UNCONFIRMED;
+            if commit_ts.into_inner() < held.version
+                || (commit_ts.into_inner() == held.version && !same_unconfirmed)
+            {
+                return;
+            }
         }
         // A newer version of the key, or another key's slot taken over.
         let record = PackedRecord::new(record);
@@ -321,8 +334,13 @@ impl VersionCache {
             return;
         };
         let (ways, _writer) = self.ways_mut(&key, true).expect("waited");
+        // Only the note this commit made, still unconfirmed: a read may
+        // have offered the same version since (the key pushed out and
+        // offered back, at the epoch it read), and a newer commit may have
+        // written over it; an epoch read now stamped on that would vouch
+        // for a version that is no longer the newest.
         if let Some((slot, held)) = ways.find(&key) {
-            if held.version == commit_ts.into_inner() {
+            if held.version == commit_ts.into_inner() && held.epoch == UNCONFIRMED {
                 slot.set_epoch(write_epoch.unwrap_or(UNCONFIRMED));
             }
         }
@@ -349,8 +367,9 @@ impl<'a> Ways<'a> {
     }
 
     /// Where `key` goes: the slot holding it, else an empty one, else the
-    /// one whose version is older (written longer ago). Under the shard's
-    /// mutex.
+    /// one whose version is older (a smaller commit_ts: a key read often
+    /// but written long ago goes before one written recently). Under the
+    /// shard's mutex.
     fn place(&self, key: &Packed) -> (&'a Slot, Held) {
         if let Some(found) = self.find(key) {
             return found;
@@ -370,15 +389,17 @@ impl VersionHints for VersionCache {
         let slots = self.shards[key.shard].slots.get()?;
         for slot in &slots[key.slot..key.slot + 2] {
             record.clear();
-            match slot.read(Some(record)) {
+            match slot.read(Some((&key, record))) {
                 Some(held) if key.is_held_in(&held) => {
                     if held.epoch == UNCONFIRMED {
                         break;
                     }
                     return Some((TimeStamp::new(held.version), held.epoch));
                 }
-                // Another key, or a writer changing the slot (which then
-                // is not this key's other slot: a key is held in one).
+                // Another key: the key may be in its other slot (a key is
+                // held in one at a time). A writer changing the slot: if
+                // it held or takes this key, the other slot does not hold
+                // it, and no hint is the answer; if not, the other may.
                 Some(_) | None => {}
             }
         }
@@ -394,10 +415,20 @@ impl VersionHints for VersionCache {
             return;
         };
         let (slot, held) = ways.place(&key);
-        // A commit noted this version or a newer one: its confirmation (or
-        // its failure) decides.
-        if key.is_held_in(&held) && held.version >= version.into_inner() {
-            return;
+        if key.is_held_in(&held) {
+            // A commit noted this version or a newer one: its confirmation
+            // (or its failure) decides. The same version, confirmed at an
+            // older epoch (a write of another record in the key's bucket
+            // moved it on since): it still is the newest at this read's
+            // epoch, so the hint lives again from there.
+            let refresh = held.version == version.into_inner()
+                && held.epoch != UNCONFIRMED
+                && held.epoch < epoch;
+            if held.version > version.into_inner()
+                || (held.version == version.into_inner() && !refresh)
+            {
+                return;
+            }
         }
         slot.write(&key, version.into_inner(), epoch, None);
     }
@@ -431,6 +462,57 @@ mod tests {
         let mut record = Vec::new();
         let (version, epoch) = cache.newest_data_version(key, &mut record)?;
         Some((version, epoch, record))
+    }
+
+    #[test]
+    fn a_late_confirmation_vouches_only_for_its_own_note() {
+        // A commit wrote a@20 and stalls before confirming; a@30 is
+        // committed and confirmed; a is pushed out, and a read offers
+        // a@20 back at the epoch it read then. The stalled confirmation
+        // must not stamp the current epoch on a@20.
+        let cache = VersionCache::default();
+        let keys = keys_of_one_pair(3);
+        let a = &keys[0];
+        cache.note(a, TimeStamp::new(20), b"a@20");
+        cache.note(a, TimeStamp::new(30), b"a@30");
+        cache.confirm(a, TimeStamp::new(30), Some(2));
+        for (other, version) in [(&keys[1], 40), (&keys[2], 41)] {
+            cache.note(other, TimeStamp::new(version), b"");
+            cache.confirm(other, TimeStamp::new(version), Some(3));
+        }
+        assert_eq!(hint(&cache, a), None);
+        cache.offer(a, TimeStamp::new(20), 1);
+        cache.confirm(a, TimeStamp::new(20), Some(4));
+        assert_eq!(hint(&cache, a), Some((TimeStamp::new(20), 1)));
+    }
+
+    #[test]
+    fn an_offer_revives_a_hint_whose_epoch_moved_on() {
+        let cache = VersionCache::default();
+        let a = Key::from_raw(b"a");
+        cache.note(&a, TimeStamp::new(10), b"a@10");
+        cache.confirm(&a, TimeStamp::new(10), Some(3));
+        // Another record of the bucket moved the epoch to 5; a read that
+        // found a@10 the newest at epoch 5 offers it.
+        cache.offer(&a, TimeStamp::new(10), 5);
+        assert_eq!(
+            hint_and_record(&cache, &a),
+            Some((TimeStamp::new(10), 5, Vec::new()))
+        );
+        // An offer at an older epoch changes nothing.
+        cache.offer(&a, TimeStamp::new(10), 4);
+        assert_eq!(hint(&cache, &a), Some((TimeStamp::new(10), 5)));
+        // Nor does one while a commit of that version is unconfirmed.
+        cache.note(&a, TimeStamp::new(20), b"a@20");
+        cache.offer(&a, TimeStamp::new(20), 9);
+        assert_eq!(hint(&cache, &a), None);
+        // A retried note of it brings the bytes it writes now.
+        cache.note(&a, TimeStamp::new(20), b"a@20, again");
+        cache.confirm(&a, TimeStamp::new(20), Some(10));
+        assert_eq!(
+            hint_and_record(&cache, &a),
+            Some((TimeStamp::new(20), 10, b"a@20, again".to_vec()))
+        );
     }
 
     #[test]
@@ -514,8 +596,11 @@ mod tests {
         cache.offer(&a, TimeStamp::new(10), 3);
         assert_eq!(hint(&cache, &a), None);
         cache.confirm(&a, TimeStamp::new(20), Some(4));
-        cache.offer(&a, TimeStamp::new(20), 9);
+        cache.offer(&a, TimeStamp::new(10), 9);
         assert_eq!(hint(&cache, &a), Some((TimeStamp::new(20), 4)));
+        // The same version at a newer epoch: taken from there.
+        cache.offer(&a, TimeStamp::new(20), 9);
+        assert_eq!(hint(&cache, &a), Some((TimeStamp::new(20), 9)));
         // A newer version found by a read replaces it.
         cache.offer(&a, TimeStamp::new(30), 5);
         assert_eq!(hint(&cache, &a), Some((TimeStamp::new(30), 5)));

@@ -35,19 +35,24 @@ use crate::{Key, LockType, Result, TimeStamp, WriteType};
 /// newer record anywhere). The getter asks after it has judged the key's
 /// lock, uses the hint only while the epoch is still the engine's (no
 /// record of the key, or of a key hashing alike, was written since), and
-/// looks the record up by point get. A write that stored a newer version
-/// before the read began noted it first, and a hint whose record is not
-/// there costs only the lookup before the usual seek.
+/// looks the record up by point get, or not at all when the hint carries
+/// it (below). A write that stored a newer version before the read began
+/// noted it first. Hints are only for reads of the latest data
+/// ([`Engine::latest`](percolate_engine::Engine::latest)): a pinned
+/// snapshot may be older than the version a hint names.
 ///
 /// [`Engine::write_epoch`]: percolate_engine::Engine::write_epoch
 /// [`Engine::write_ts_ceiling`]: percolate_engine::Engine::write_ts_ceiling
 ///
 /// A hint may also carry the version's record (the bytes at
 /// `key@commit_ts` in the write CF), so that the read makes no engine
-/// lookup at all. A record never changes once written; GC may remove it
-/// only when it is a Delete at or below the safe point, whose answer ("no
-/// value") is the same with or without it. A getter that looked a record
-/// up hands its bytes back ([`fill`](Self::fill)).
+/// lookup at all. A record is rewritten only by an overlapped rollback
+/// (which sets a flag on it that reads ignore, and moves the epoch);
+/// GC may remove it only when it is a Delete at or below the safe point,
+/// whose answer ("no value") is the same with or without it. A getter that
+/// looked a record up hands its bytes back ([`fill`](Self::fill)).
+/// Pessimistic lock requests that want the value ask too, through
+/// [`MvccReader::hinted_data_version`](crate::MvccReader::hinted_data_version).
 pub trait VersionHints: Send + Sync {
     /// The newest data version of `key` known and the write epoch it was
     /// confirmed at, if any. When its record is known too, its bytes are
@@ -55,8 +60,9 @@ pub trait VersionHints: Send + Sync {
     fn newest_data_version(&self, key: &Key, record: &mut Vec<u8>) -> Option<(TimeStamp, u64)>;
 
     /// A read found `version` to be the newest data version of `key` while
-    /// the write epoch was `epoch`. Kept unless a newer version of the key
-    /// is already noted.
+    /// the write epoch was `epoch`. Kept unless the same or a newer version
+    /// of the key is already noted (the same one is taken at a newer
+    /// epoch).
     fn offer(&self, key: &Key, version: TimeStamp, epoch: u64);
 
     /// A read looked up the `record` of the hint (`version`, `epoch`) of
