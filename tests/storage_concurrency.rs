@@ -416,18 +416,27 @@ fn readers_never_miss_async_commits<E: Engine>(f: EngineFixture<E>) {
             s.spawn(move || {
                 let mut seen = Vec::new();
                 let mut i = r;
-                // Until the writers are done, and at least a few reads
-                // after: writers that run on their own threads (the
-                // synchronous Storage API) can finish before a reader gets
-                // past their locks.
-                while (writers_done.load(Ordering::SeqCst) < WRITERS || seen.len() < 20)
-                    && seen.len() < 5_000
-                {
+                // Until the writers are done, and 20 reads after that,
+                // which must see their commits: writers that run on their
+                // own threads (the synchronous Storage API) can finish
+                // before a reader gets past their locks. At most 5,000
+                // reads kept while they write.
+                let mut after_done = 0;
+                loop {
+                    let done = writers_done.load(Ordering::SeqCst) == WRITERS;
+                    if done && after_done >= 20 {
+                        break;
+                    }
                     i += 1;
                     let k = keys[i % keys.len()];
                     let read_ts = oracle.next();
                     match storage.get(key(k), read_ts) {
-                        Ok(value) => seen.push((k, read_ts, value)),
+                        Ok(value) if done => {
+                            after_done += 1;
+                            seen.push((k, read_ts, value));
+                        }
+                        Ok(value) if seen.len() < 5_000 => seen.push((k, read_ts, value)),
+                        Ok(_) => {}
                         Err(e) if is_locked(&e) => {
                             blocked_reads.fetch_add(1, Ordering::Relaxed);
                         }

@@ -26,35 +26,6 @@ use std::time::Instant;
 use percolate::Client;
 use rand::Rng;
 
-const WORDS: &[&str] = &[
-    "percolator",
-    "bigtable",
-    "observer",
-    "notify",
-    "transaction",
-    "snapshot",
-    "lock",
-    "write",
-    "commit",
-    "primary",
-    "timestamp",
-    "oracle",
-    "index",
-    "crawl",
-    "document",
-    "page",
-    "link",
-    "anchor",
-    "rank",
-    "cluster",
-    "tablet",
-    "column",
-    "row",
-    "acknowledge",
-    "worker",
-    "scan",
-];
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut documents = 500usize;
     let mut workers_n = 2usize;
@@ -86,7 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 None
             } else {
                 let words: Vec<&str> = (0..rng.random_range(3..12))
-                    .map(|_| WORDS[rng.random_range(0..WORDS.len())])
+                    .map(|_| pipeline::WORDS[rng.random_range(0..pipeline::WORDS.len())])
                     .collect();
                 Some(words.join(" "))
             };

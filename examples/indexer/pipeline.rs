@@ -27,6 +27,36 @@ use std::collections::{BTreeMap, BTreeSet};
 use percolate::engine::Engine;
 use percolate::{Client, Result, Transaction, Watch};
 
+/// A vocabulary for documents: the example's and the benchmark's.
+pub const WORDS: &[&str] = &[
+    "percolator",
+    "bigtable",
+    "observer",
+    "notify",
+    "transaction",
+    "snapshot",
+    "lock",
+    "write",
+    "commit",
+    "primary",
+    "timestamp",
+    "oracle",
+    "index",
+    "crawl",
+    "document",
+    "page",
+    "link",
+    "anchor",
+    "rank",
+    "cluster",
+    "tablet",
+    "column",
+    "row",
+    "acknowledge",
+    "worker",
+    "scan",
+];
+
 /// The documents.
 pub const DOC: &str = "doc/";
 /// The loader's version of each document.

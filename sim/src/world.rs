@@ -445,21 +445,43 @@ impl World {
         ts: TimeStamp,
         kind: ReadKind,
     ) -> std::result::Result<Option<Vec<u8>>, String> {
-        let mut options = read_options(kind);
-        let mut pushed: Vec<TimeStamp> = Vec::new();
-        for _ in 0..4 {
+        self.resolving_reads(ts, kind, |world, options| {
             let get = Get {
                 key: Key::from_raw(key),
                 ts,
                 options: options.clone(),
             };
-            let locks = match self.storage(key).read(get) {
-                Ok(value) if planted::lose_values() => return Ok(value.and(None)),
-                Ok(value) => return Ok(value),
+            match world.storage(key).read(get) {
+                Ok(value) if planted::lose_values() => Ok(Ok(value.and(None))),
+                Ok(value) => Ok(Ok(value)),
                 Err(e) => match into_lock(e) {
-                    Ok(lock) => vec![lock],
-                    Err(e) => return Err(format!("error: {e}")),
+                    Ok(lock) => Ok(Err(vec![lock])),
+                    Err(e) => Err(format!("error: {e}")),
                 },
+            }
+        })
+    }
+
+    /// Runs a read `attempt` (its answer, or the locks it met) as the
+    /// client does: the locks met are resolved and bypassed from then on,
+    /// for a few rounds; then it gives up as blocked, as it does at once
+    /// when a lock's owner is alive.
+    fn resolving_reads<T>(
+        &mut self,
+        ts: TimeStamp,
+        kind: ReadKind,
+        mut attempt: impl FnMut(
+            &mut Self,
+            &ReadOptions,
+        )
+            -> std::result::Result<std::result::Result<T, Vec<LockInfo>>, String>,
+    ) -> std::result::Result<T, String> {
+        let mut options = read_options(kind);
+        let mut pushed: Vec<TimeStamp> = Vec::new();
+        for _ in 0..4 {
+            let locks = match attempt(self, &options)? {
+                Ok(answer) => return Ok(answer),
+                Err(locks) => locks,
             };
             let (alive, more) = self
                 .resolve(&locks, ts)
@@ -526,17 +548,15 @@ impl World {
         request: ScanRequest,
         kind: ReadKind,
     ) -> std::result::Result<Pairs, String> {
-        let mut options = read_options(kind);
-        let mut pushed: Vec<TimeStamp> = Vec::new();
         let ts = request.ts;
-        for _ in 0..4 {
+        self.resolving_reads(ts, kind, |world, options| {
             let scan = Scan {
                 request: request.clone(),
                 options: options.clone(),
             };
             let mut locks = Vec::new();
             let mut pairs = Vec::new();
-            match self.storage(lower).read(scan) {
+            match world.storage(lower).read(scan) {
                 Ok(entries) => {
                     for entry in entries {
                         match entry {
@@ -548,19 +568,12 @@ impl World {
                 }
                 Err(e) => locks.push(into_lock(e).map_err(|e| format!("error: {e}"))?),
             }
-            if locks.is_empty() {
-                return Ok(pairs);
-            }
-            let (alive, more) = self
-                .resolve(&locks, ts)
-                .map_err(|e| format!("error: {e}"))?;
-            if !alive.is_empty() {
-                return Err("blocked".into());
-            }
-            pushed.extend(more);
-            options.bypass_locks = pushed.iter().copied().collect::<TsSet>();
-        }
-        Err("blocked".into())
+            Ok(if locks.is_empty() {
+                Ok(pairs)
+            } else {
+                Err(locks)
+            })
+        })
     }
 
     /// The locks left in every region, and whether any region still holds

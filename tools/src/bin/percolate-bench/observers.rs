@@ -37,43 +37,8 @@ use percolate::{Client, Watch};
 
 use crate::systems::BoxError;
 
-const WORDS: &[&str] = &[
-    "percolator",
-    "bigtable",
-    "observer",
-    "notify",
-    "transaction",
-    "snapshot",
-    "lock",
-    "write",
-    "commit",
-    "primary",
-    "timestamp",
-    "oracle",
-    "index",
-    "crawl",
-    "document",
-    "page",
-    "link",
-    "anchor",
-    "rank",
-    "cluster",
-    "tablet",
-    "column",
-    "row",
-    "acknowledge",
-    "worker",
-    "scan",
-    "collapse",
-    "ack",
-    "region",
-    "latch",
-    "engine",
-    "rocks",
-];
-
 /// The text of document `i`: 8 words of a vocabulary of `vocabulary`
-/// (`WORDS`, then `w<n>`), chosen by `i`.
+/// (`pipeline::WORDS`, then `w<n>`), chosen by `i`.
 fn text(i: u64, vocabulary: u64) -> String {
     let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let words: Vec<String> = (0..8)
@@ -82,7 +47,7 @@ fn text(i: u64, vocabulary: u64) -> String {
             x ^= x >> 7;
             x ^= x << 17;
             let n = x % vocabulary.max(1);
-            match WORDS.get(n as usize) {
+            match pipeline::WORDS.get(n as usize) {
                 Some(word) => word.to_string(),
                 None => format!("w{n}"),
             }
