@@ -7,11 +7,10 @@
 //! `pessimistic.rs` (keep them in step):
 //!
 //! * the buffer (put, delete, insert, lock_keys; reads see own writes);
-//! * `Committer::new`: the primary (a pessimistic transaction's first
-//!   locked key, else the first key), the keys grouped by region in key
-//!   order, cut into batches of `max_batch_keys`, and the protocol (1PC
-//!   when there is one batch, else async commit when allowed and the keys
-//!   fit, else 2PC), the async-commit secondaries list;
+//! * `Committer::new`: not modelled but shared, the client's own
+//!   [`CommitPlan`](percolate_txn::client::CommitPlan) (the primary, the
+//!   keys grouped by region and cut into batches, the protocol, the
+//!   async-commit secondaries list);
 //! * the prewrite commands (`prewrite_command`), each batch sent in a step
 //!   of its own in a seeded order (the real client sends them at once, so
 //!   any order is one it can take); a batch that meets locks resolves them
@@ -35,9 +34,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use percolate_mvcc::{Key, TimeStamp, WriteConflictReason};
 use percolate_txn::Error;
 use percolate_txn::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
-use percolate_txn::actions::prewrite::{
-    Mutation, PessimisticAction, PrewriteResult, TransactionKind,
-};
+use percolate_txn::actions::prewrite::{Mutation, PrewriteResult, TransactionKind};
+use percolate_txn::client::{CommitPlan, CommitProtocol, PlanLimits};
 use percolate_txn::commands::{
     AcquirePessimisticLock, Commit, PessimisticRollback, Prewrite, Unlock,
 };
@@ -634,64 +632,44 @@ impl SimTxn {
             return;
         }
         let buffer = std::mem::take(&mut self.buffer);
-        let primary = match &self.primary {
-            Some(p) => p.clone(),
-            None => buffer.keys().next().expect("not empty").clone(),
-        };
-        let key_count = buffer.len();
-        let may_commit_async =
-            self.opts.async_commit && key_count <= self.opts.max_async_commit_keys;
-        let mut secondaries: Vec<Vec<u8>> = if may_commit_async {
-            buffer.keys().filter(|k| **k != primary).cloned().collect()
-        } else {
-            Vec::new()
-        };
-        let mut by_region: Vec<(usize, Vec<Mutation>)> = Vec::new();
-        for (raw, op) in &buffer {
-            let region = w.client().cluster().region_index(raw);
-            let k = Key::from_raw(raw);
-            let mut mutation = match op {
-                Op::Put(v) => Mutation::put(k, v.clone()),
-                Op::Delete => Mutation::delete(k),
-                Op::Insert(v) => Mutation::insert(k, v.clone()),
-                Op::Lock => Mutation::lock(k),
-            };
-            if self.primary.is_some() {
-                mutation = mutation.with_pessimistic_action(PessimisticAction::DoPessimisticCheck);
-            }
-            match by_region.last_mut() {
-                Some((r, mutations)) if *r == region => mutations.push(mutation),
-                _ => by_region.push((region, vec![mutation])),
-            }
-        }
-        let keys_by_region = by_region
+        // The client's own plan: primary, secondaries, batches, protocol.
+        let writes = buffer
             .iter()
-            .map(|(r, ms)| (*r, ms.iter().map(|m| m.key.clone()).collect()))
+            .map(|(raw, op)| {
+                let k = Key::from_raw(raw);
+                let mutation = match op {
+                    Op::Put(v) => Mutation::put(k, v.clone()),
+                    Op::Delete => Mutation::delete(k),
+                    Op::Insert(v) => Mutation::insert(k, v.clone()),
+                    Op::Lock => Mutation::lock(k),
+                };
+                (raw.clone(), mutation)
+            })
             .collect();
-        let mut batches = Vec::new();
-        for (region, mutations) in by_region {
-            let mut rest = mutations.into_iter().peekable();
-            while rest.peek().is_some() {
-                let chunk = rest
-                    .by_ref()
-                    .take(self.opts.max_batch_keys.max(1))
-                    .collect();
-                batches.push(Batch {
-                    region,
-                    mutations: chunk,
-                });
-            }
-        }
-        let protocol = if batches.len() == 1 && self.opts.one_pc {
-            Protocol::OnePc
-        } else if may_commit_async {
-            Protocol::AsyncCommit
-        } else {
-            Protocol::TwoPc
+        let limits = PlanLimits {
+            one_pc: self.opts.one_pc,
+            async_commit: self.opts.async_commit,
+            max_async_commit_keys: self.opts.max_async_commit_keys,
+            max_batch_keys: self.opts.max_batch_keys,
         };
-        if protocol != Protocol::AsyncCommit {
-            secondaries = Vec::new();
-        }
+        let plan = CommitPlan::new(
+            writes,
+            |raw| w.client().cluster().region_index(raw),
+            self.primary.clone(),
+            limits,
+        );
+        let protocol = match plan.protocol {
+            CommitProtocol::OnePc => Protocol::OnePc,
+            CommitProtocol::AsyncCommit => Protocol::AsyncCommit,
+            _ => Protocol::TwoPc,
+        };
+        let batches: Vec<Batch> = plan
+            .batches
+            .into_iter()
+            .map(|(region, mutations)| Batch { region, mutations })
+            .collect();
+        let (primary, secondaries) = (plan.primary, plan.secondaries);
+        let (keys_by_region, key_count) = (plan.keys_by_region, plan.key_count);
         let record = &mut w.history.txns[self.id];
         record.writes = buffer;
         let lock_ttl_ms = w.params.ttl_ms + w.now_ms().saturating_sub(self.began_ms);

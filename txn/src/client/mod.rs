@@ -31,6 +31,7 @@ mod heartbeat;
 mod keyspace;
 pub mod observe;
 mod pessimistic;
+mod plan;
 mod raw;
 mod resolver;
 mod scan;
@@ -56,6 +57,7 @@ pub use self::keyspace::{
 };
 pub use self::observe::{ACK_KEYSPACE, ObserverMetrics, Watch, WorkerConfig, Workers};
 pub use self::pessimistic::PessimisticTransaction;
+pub use self::plan::{CommitPlan, PlanLimits};
 pub use self::raw::{RawClient, RawScanIter};
 pub use self::scan::{FIRST_BATCH, Keys, MAX_BATCH, Scan};
 #[cfg(any(test, feature = "sim"))]

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use percolate_engine::{Durability, Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp};
 
+use super::plan::{CommitPlan, PlanLimits};
 use super::resolver::into_lock;
 use super::scan::{ByteRange, Keys, Scan, ScanKind, ScanSource};
 use super::{Backoff, Deadline, Inner, ParallelPrewrite, SecondaryCommits, key};
-use crate::actions::prewrite::{Mutation, PessimisticAction, PrewriteResult, TransactionKind};
+use crate::actions::prewrite::{Mutation, PrewriteResult, TransactionKind};
 use crate::commands::{Commit, Prewrite, Unlock};
 use crate::fail;
 use crate::metrics::ProtocolKind;
@@ -404,81 +405,60 @@ impl<'a, E: Engine> Committer<'a, E> {
         pessimism: Option<Pessimism>,
     ) -> Self {
         let config = &client.config;
-        let primary = match &pessimism {
-            Some(p) => p.primary.clone(),
-            None => buffer.keys().next().expect("not empty").clone(),
-        };
-        let key_count = buffer.len();
-        let may_commit_async = config.async_commit && key_count <= config.max_async_commit_keys;
-        // The raw keys an async-commit primary lock lists, taken before the
-        // buffer is consumed (not decoded back from the encoded keys).
-        let mut secondaries: Vec<Vec<u8>> = if may_commit_async {
-            buffer.keys().filter(|k| **k != primary).cloned().collect()
-        } else {
-            Vec::new()
-        };
-        let mut by_region: Vec<(usize, Vec<Mutation>)> = Vec::new();
         // The watched keys, in key order (as the buffer); only a client
         // with observers looks.
         let mut watched: Vec<Key> = Vec::new();
         let watching = client.observers.is_active();
-        for (raw, op) in buffer {
-            let region = client.cluster.region_index(&raw);
-            let k = key(&raw);
-            if watching && op != Op::Lock && client.observers.watches(&raw) {
-                watched.push(k.clone());
-            }
-            let mut mutation = match op {
-                Op::Put(v) => Mutation::put(k, v),
-                Op::Delete => Mutation::delete(k),
-                Op::Insert(v) => Mutation::insert(k, v),
-                Op::Lock => Mutation::lock(k),
-            };
-            if pessimism.is_some() {
-                // Every key was locked as it was written.
-                mutation = mutation.with_pessimistic_action(PessimisticAction::DoPessimisticCheck);
-            }
-            match by_region.last_mut() {
-                Some((r, mutations)) if *r == region => mutations.push(mutation),
-                _ => by_region.push((region, vec![mutation])),
-            }
-        }
-        let keys_by_region = by_region
-            .iter()
-            .map(|(r, ms)| (*r, ms.iter().map(|m| m.key.clone()).collect()))
+        let writes = buffer
+            .into_iter()
+            .map(|(raw, op)| {
+                let k = key(&raw);
+                if watching && op != Op::Lock && client.observers.watches(&raw) {
+                    watched.push(k.clone());
+                }
+                let mutation = match op {
+                    Op::Put(v) => Mutation::put(k, v),
+                    Op::Delete => Mutation::delete(k),
+                    Op::Insert(v) => Mutation::insert(k, v),
+                    Op::Lock => Mutation::lock(k),
+                };
+                (raw, mutation)
+            })
             .collect();
-        let mut batches = Vec::new();
-        for (region, mutations) in by_region {
-            let mut rest = mutations.into_iter().peekable();
-            while rest.peek().is_some() {
-                let chunk: Vec<Mutation> =
-                    rest.by_ref().take(config.max_batch_keys.max(1)).collect();
+        let limits = PlanLimits {
+            one_pc: config.one_pc,
+            async_commit: config.async_commit,
+            max_async_commit_keys: config.max_async_commit_keys,
+            max_batch_keys: config.max_batch_keys,
+        };
+        let plan = CommitPlan::new(
+            writes,
+            |raw| client.cluster.region_index(raw),
+            pessimism.as_ref().map(|p| p.primary.clone()),
+            limits,
+        );
+        let batches = plan
+            .batches
+            .into_iter()
+            .map(|(region, mutations)| {
                 let notify = if watched.is_empty() {
                     Vec::new()
                 } else {
-                    chunk
+                    mutations
                         .iter()
                         .filter(|m| watched.binary_search(&m.key).is_ok())
                         .map(|m| m.key.clone())
                         .collect()
                 };
-                batches.push(Batch {
+                Batch {
                     region,
-                    mutations: chunk,
+                    mutations,
                     notify,
-                });
-            }
-        }
-        let protocol = if batches.len() == 1 && config.one_pc {
-            CommitProtocol::OnePc
-        } else if may_commit_async {
-            CommitProtocol::AsyncCommit
-        } else {
-            CommitProtocol::TwoPc
-        };
-        if protocol != CommitProtocol::AsyncCommit {
-            secondaries = Vec::new();
-        }
+                }
+            })
+            .collect();
+        let (primary, secondaries, protocol) = (plan.primary, plan.secondaries, plan.protocol);
+        let (keys_by_region, key_count) = (plan.keys_by_region, plan.key_count);
         Committer {
             client,
             start_ts,

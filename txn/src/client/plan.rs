@@ -1,0 +1,193 @@
+//! How a commit lays out its writes: the primary, the secondaries an
+//! async-commit primary lock lists, the mutations of each region in
+//! prewrite batches, and the protocol. One piece of code for the client's
+//! commit and for the deterministic simulator's model of it
+//! (`percolate-sim`), so that the model cannot drift from the client.
+
+use percolate_mvcc::Key;
+
+use super::CommitProtocol;
+use crate::actions::prewrite::{Mutation, PessimisticAction};
+
+/// What a [`CommitPlan`] follows: the parts of
+/// [`ClientConfig`](super::ClientConfig) that shape a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanLimits {
+    /// Commit in one phase when everything fits one batch of one region.
+    pub one_pc: bool,
+    /// Commit asynchronously when there are at most
+    /// `max_async_commit_keys` keys.
+    pub async_commit: bool,
+    /// The most keys an async commit may have.
+    pub max_async_commit_keys: usize,
+    /// The most mutations per prewrite batch (0 counts as 1).
+    pub max_batch_keys: usize,
+}
+
+/// A commit's layout (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitPlan {
+    /// The primary key, raw.
+    pub primary: Vec<u8>,
+    /// Every key but the primary, raw, in key order, for an async-commit
+    /// primary lock; empty for the other protocols.
+    pub secondaries: Vec<Vec<u8>>,
+    /// Each region's keys, in key order, by region index.
+    pub keys_by_region: Vec<(usize, Vec<Key>)>,
+    /// The prewrite batches: a region index and at most
+    /// [`PlanLimits::max_batch_keys`] of its mutations each.
+    pub batches: Vec<(usize, Vec<Mutation>)>,
+    /// 1PC when there is one batch and the limits allow it, else async
+    /// commit when they allow it, else 2PC.
+    pub protocol: CommitProtocol,
+    /// How many keys are written.
+    pub key_count: usize,
+}
+
+impl CommitPlan {
+    /// The plan of `writes` (raw key and mutation, in key order, not
+    /// empty), each key in the region `region_of` says. A pessimistic
+    /// transaction gives its primary: every mutation then checks its
+    /// pessimistic lock ([`PessimisticAction::DoPessimisticCheck`]: every
+    /// key was locked as it was written). Otherwise the first key is the
+    /// primary.
+    pub fn new(
+        writes: Vec<(Vec<u8>, Mutation)>,
+        region_of: impl Fn(&[u8]) -> usize,
+        pessimistic_primary: Option<Vec<u8>>,
+        limits: PlanLimits,
+    ) -> Self {
+        let pessimistic = pessimistic_primary.is_some();
+        let primary = pessimistic_primary.unwrap_or_else(|| {
+            writes
+                .first()
+                .map(|(raw, _)| raw.clone())
+                .unwrap_or_default()
+        });
+        let key_count = writes.len();
+        let may_commit_async = limits.async_commit && key_count <= limits.max_async_commit_keys;
+        let mut secondaries = Vec::new();
+        let mut by_region: Vec<(usize, Vec<Mutation>)> = Vec::new();
+        for (raw, mut mutation) in writes {
+            let region = region_of(&raw);
+            if may_commit_async && raw != primary {
+                secondaries.push(raw);
+            }
+            if pessimistic {
+                mutation = mutation.with_pessimistic_action(PessimisticAction::DoPessimisticCheck);
+            }
+            match by_region.last_mut() {
+                Some((r, mutations)) if *r == region => mutations.push(mutation),
+                _ => by_region.push((region, vec![mutation])),
+            }
+        }
+        let keys_by_region = by_region
+            .iter()
+            .map(|(r, ms)| (*r, ms.iter().map(|m| m.key.clone()).collect()))
+            .collect();
+        let mut batches = Vec::new();
+        for (region, mutations) in by_region {
+            let mut rest = mutations.into_iter().peekable();
+            while rest.peek().is_some() {
+                let chunk = rest.by_ref().take(limits.max_batch_keys.max(1)).collect();
+                batches.push((region, chunk));
+            }
+        }
+        let protocol = if batches.len() == 1 && limits.one_pc {
+            CommitProtocol::OnePc
+        } else if may_commit_async {
+            CommitProtocol::AsyncCommit
+        } else {
+            CommitProtocol::TwoPc
+        };
+        if protocol != CommitProtocol::AsyncCommit {
+            secondaries = Vec::new();
+        }
+        CommitPlan {
+            primary,
+            secondaries,
+            keys_by_region,
+            batches,
+            protocol,
+            key_count,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(one_pc: bool, max_batch_keys: usize) -> PlanLimits {
+        PlanLimits {
+            one_pc,
+            async_commit: true,
+            max_async_commit_keys: 3,
+            max_batch_keys,
+        }
+    }
+
+    fn writes(keys: &[&str]) -> Vec<(Vec<u8>, Mutation)> {
+        keys.iter()
+            .map(|k| {
+                (
+                    k.as_bytes().to_vec(),
+                    Mutation::put(Key::from_raw(k.as_bytes()), b"v".to_vec()),
+                )
+            })
+            .collect()
+    }
+
+    /// Regions split at "m": keys below it in region 0.
+    fn region_of(raw: &[u8]) -> usize {
+        usize::from(raw >= b"m".as_slice())
+    }
+
+    #[test]
+    fn one_batch_of_one_region_commits_in_one_phase() {
+        let plan = CommitPlan::new(writes(&["a", "b"]), region_of, None, limits(true, 8));
+        assert_eq!(plan.protocol, CommitProtocol::OnePc);
+        assert_eq!(plan.primary, b"a");
+        assert!(plan.secondaries.is_empty());
+        assert_eq!(plan.batches.len(), 1);
+        assert_eq!(plan.key_count, 2);
+    }
+
+    #[test]
+    fn regions_and_batch_limits_split_the_writes() {
+        let plan = CommitPlan::new(writes(&["a", "b", "x"]), region_of, None, limits(true, 1));
+        assert_eq!(plan.protocol, CommitProtocol::AsyncCommit);
+        assert_eq!(plan.secondaries, vec![b"b".to_vec(), b"x".to_vec()]);
+        let regions: Vec<usize> = plan.batches.iter().map(|(r, _)| *r).collect();
+        assert_eq!(regions, vec![0, 0, 1]);
+        assert_eq!(plan.keys_by_region.len(), 2);
+        assert_eq!(plan.keys_by_region[0].1.len(), 2);
+        // Too many keys for async commit: 2PC, no secondaries listed.
+        let plan = CommitPlan::new(
+            writes(&["a", "b", "c", "x"]),
+            region_of,
+            None,
+            limits(true, 8),
+        );
+        assert_eq!(plan.protocol, CommitProtocol::TwoPc);
+        assert!(plan.secondaries.is_empty());
+    }
+
+    #[test]
+    fn a_pessimistic_primary_is_kept_and_every_key_checks_its_lock() {
+        let plan = CommitPlan::new(
+            writes(&["a", "x"]),
+            region_of,
+            Some(b"x".to_vec()),
+            limits(false, 8),
+        );
+        assert_eq!(plan.primary, b"x");
+        assert_eq!(plan.secondaries, vec![b"a".to_vec()]);
+        assert!(
+            plan.batches
+                .iter()
+                .flat_map(|(_, ms)| ms)
+                .all(|m| { m.pessimistic_action == PessimisticAction::DoPessimisticCheck })
+        );
+    }
+}
