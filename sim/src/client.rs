@@ -34,8 +34,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use percolate_mvcc::{Key, TimeStamp, WriteConflictReason};
 use percolate_txn::Error;
 use percolate_txn::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
-use percolate_txn::actions::prewrite::{Mutation, PrewriteResult, TransactionKind};
-use percolate_txn::client::{CommitPlan, CommitProtocol, PlanLimits};
+use percolate_txn::actions::prewrite::{Mutation, PrewriteResult};
+use percolate_txn::client::{CommitPlan, CommitProtocol, PlanLimits, PrewriteShape};
 use percolate_txn::commands::{
     AcquirePessimisticLock, Commit, PessimisticRollback, Prewrite, Unlock,
 };
@@ -706,30 +706,20 @@ impl SimTxn {
     /// The prewrite command of batch `i` (`Committer::prewrite_command`).
     fn prewrite_command(&self, i: usize) -> Prewrite {
         let c = self.commit.as_ref().expect("committing");
-        let batch = &c.batches[i];
-        let mut prewrite = Prewrite::new(batch.mutations.clone(), c.primary.clone(), self.start_ts)
-            .lock_ttl(c.lock_ttl_ms)
-            .txn_size(c.key_count as u64);
-        if let Some(for_update_ts) = c.for_update_ts {
-            prewrite.props.kind = TransactionKind::Pessimistic { for_update_ts };
-        }
-        match c.protocol {
-            Protocol::OnePc => prewrite = prewrite.one_pc(TimeStamp::zero()),
-            Protocol::AsyncCommit => {
-                let holds_primary = batch
-                    .mutations
-                    .iter()
-                    .any(|m| m.key.is_encoded_from(&c.primary));
-                let secondaries = if holds_primary {
-                    c.secondaries.clone()
-                } else {
-                    Vec::new()
-                };
-                prewrite = prewrite.async_commit(secondaries, TimeStamp::zero());
-            }
-            Protocol::TwoPc => {}
-        }
-        prewrite
+        let shape = PrewriteShape {
+            primary: &c.primary,
+            secondaries: &c.secondaries,
+            start_ts: self.start_ts,
+            for_update_ts: c.for_update_ts,
+            lock_ttl_ms: c.lock_ttl_ms,
+            txn_size: c.key_count as u64,
+            protocol: match c.protocol {
+                Protocol::OnePc => CommitProtocol::OnePc,
+                Protocol::AsyncCommit => CommitProtocol::AsyncCommit,
+                Protocol::TwoPc => CommitProtocol::TwoPc,
+            },
+        };
+        shape.command(c.batches[i].mutations.clone())
     }
 
     fn step_prewrite(&mut self, w: &mut World) -> Progress {

@@ -4,10 +4,11 @@
 //! commit and for the deterministic simulator's model of it
 //! (`percolate-sim`), so that the model cannot drift from the client.
 
-use percolate_mvcc::Key;
+use percolate_mvcc::{Key, TimeStamp};
 
 use super::CommitProtocol;
-use crate::actions::prewrite::{Mutation, PessimisticAction};
+use crate::actions::prewrite::{Mutation, PessimisticAction, TransactionKind};
+use crate::commands::Prewrite;
 
 /// What a [`CommitPlan`] follows: the parts of
 /// [`ClientConfig`](super::ClientConfig) that shape a commit.
@@ -110,6 +111,55 @@ impl CommitPlan {
             batches,
             protocol,
             key_count,
+        }
+    }
+}
+
+/// What every prewrite command of one commit shares, under the protocol
+/// the commit follows now (a fallback to 2PC changes it).
+#[derive(Clone, Copy, Debug)]
+pub struct PrewriteShape<'a> {
+    /// The primary key, raw.
+    pub primary: &'a [u8],
+    /// The async-commit secondaries ([`CommitPlan::secondaries`]).
+    pub secondaries: &'a [Vec<u8>],
+    /// The transaction.
+    pub start_ts: TimeStamp,
+    /// A pessimistic transaction's for_update_ts.
+    pub for_update_ts: Option<TimeStamp>,
+    /// The TTL of its locks.
+    pub lock_ttl_ms: u64,
+    /// How many keys the transaction writes.
+    pub txn_size: u64,
+    /// The protocol.
+    pub protocol: CommitProtocol,
+}
+
+impl PrewriteShape<'_> {
+    /// The prewrite command of one batch's `mutations`: 1PC, or async
+    /// commit (the batch holding the primary lists the secondaries), or
+    /// 2PC, as the protocol says.
+    pub fn command(&self, mutations: Vec<Mutation>) -> Prewrite {
+        let holds_primary = mutations
+            .iter()
+            .any(|m| m.key.is_encoded_from(self.primary));
+        let mut prewrite = Prewrite::new(mutations, self.primary.to_vec(), self.start_ts)
+            .lock_ttl(self.lock_ttl_ms)
+            .txn_size(self.txn_size);
+        if let Some(for_update_ts) = self.for_update_ts {
+            prewrite.props.kind = TransactionKind::Pessimistic { for_update_ts };
+        }
+        match self.protocol {
+            CommitProtocol::OnePc => prewrite.one_pc(TimeStamp::zero()),
+            CommitProtocol::AsyncCommit => {
+                let secondaries = if holds_primary {
+                    self.secondaries.to_vec()
+                } else {
+                    Vec::new()
+                };
+                prewrite.async_commit(secondaries, TimeStamp::zero())
+            }
+            _ => prewrite,
         }
     }
 }

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use percolate_engine::{Durability, Engine, RocksEngine};
 use percolate_mvcc::{Key, TimeStamp};
 
-use super::plan::{CommitPlan, PlanLimits};
+use super::plan::{CommitPlan, PlanLimits, PrewriteShape};
 use super::resolver::into_lock;
 use super::scan::{ByteRange, Keys, Scan, ScanKind, ScanSource};
 use super::{Backoff, Deadline, Inner, ParallelPrewrite, SecondaryCommits, key};
-use crate::actions::prewrite::{Mutation, PrewriteResult, TransactionKind};
+use crate::actions::prewrite::{Mutation, PrewriteResult};
 use crate::commands::{Commit, Prewrite, Unlock};
 use crate::fail;
 use crate::metrics::ProtocolKind;
@@ -491,31 +491,18 @@ impl<'a, E: Engine> Committer<'a, E> {
     }
 
     fn prewrite_command(&self, batch: &Batch) -> Prewrite {
-        let mut prewrite =
-            Prewrite::new(batch.mutations.clone(), self.primary.clone(), self.start_ts)
-                .lock_ttl(self.lock_ttl_ms)
-                .txn_size(self.key_count as u64);
-        if let Some(for_update_ts) = self.for_update_ts {
-            prewrite.props.kind = TransactionKind::Pessimistic { for_update_ts };
-        }
+        let shape = PrewriteShape {
+            primary: &self.primary,
+            secondaries: &self.secondaries,
+            start_ts: self.start_ts,
+            for_update_ts: self.for_update_ts,
+            lock_ttl_ms: self.lock_ttl_ms,
+            txn_size: self.key_count as u64,
+            protocol: self.protocol,
+        };
+        let mut prewrite = shape.command(batch.mutations.clone());
         if !batch.notify.is_empty() {
             prewrite.notify = batch.notify.clone();
-        }
-        match self.protocol {
-            CommitProtocol::OnePc => prewrite = prewrite.one_pc(TimeStamp::zero()),
-            CommitProtocol::AsyncCommit => {
-                let holds_primary = batch
-                    .mutations
-                    .iter()
-                    .any(|m| m.key.is_encoded_from(&self.primary));
-                let secondaries = if holds_primary {
-                    self.secondaries.clone()
-                } else {
-                    Vec::new()
-                };
-                prewrite = prewrite.async_commit(secondaries, TimeStamp::zero());
-            }
-            _ => {}
         }
         prewrite
     }
