@@ -56,6 +56,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 use rocksdb::{
@@ -216,12 +217,17 @@ pub struct RocksEngine {
     /// database rather than in it: a pooled cursor holds the database open,
     /// so the pool must go when the last engine handle (or view) does.
     cursors: Arc<CursorPool>,
-    /// What every [`Engine::latest`] view shares, so that taking one costs
-    /// one reference count, not two.
-    latest: Arc<LatestView>,
+    /// What [`Engine::latest`] views share, so that taking one costs one
+    /// reference count, not two: one copy per thread slot, each its own
+    /// allocation, so that threads reading at once count references on
+    /// cache lines of their own instead of all on one.
+    latest: Arc<[Arc<LatestView>]>,
 }
 
-/// The database and the cursor pool, as a latest view holds them.
+/// The database and the cursor pool, as a latest view holds them. Aligned
+/// so that no two copies (nor anything else) share the cache lines of
+/// their reference counts.
+#[repr(align(128))]
 struct LatestView {
     inner: Arc<Inner>,
     cursors: Arc<CursorPool>,
@@ -428,10 +434,14 @@ impl RocksEngine {
             _temp_dir: temp_dir,
         });
         let cursors = Arc::new(CursorPool::new());
-        let latest = Arc::new(LatestView {
-            inner: inner.clone(),
-            cursors: cursors.clone(),
-        });
+        let latest = (0..thread_slots())
+            .map(|_| {
+                Arc::new(LatestView {
+                    inner: inner.clone(),
+                    cursors: cursors.clone(),
+                })
+            })
+            .collect();
         Ok(RocksEngine {
             inner,
             cursors,
@@ -689,7 +699,7 @@ impl Engine for RocksEngine {
     /// being built anew for each point read.
     fn latest(&self) -> RocksSnapshot {
         RocksSnapshot {
-            view: View::Latest(self.latest.clone()),
+            view: View::Latest(self.latest[thread_slot() % self.latest.len()].clone()),
         }
     }
 
@@ -1050,7 +1060,7 @@ impl IterCell {
 /// refreshed or dropped), so the pool keeps few. [`RocksEngine::flush`]
 /// empties it.
 struct CursorPool {
-    shards: Box<[Mutex<Vec<IterCell>>]>,
+    shards: Box<[CachePadded<Mutex<Vec<IterCell>>>]>,
 }
 
 /// Idle cursors one shard keeps.
@@ -1058,11 +1068,8 @@ const CURSORS_PER_SHARD: usize = 2;
 
 impl CursorPool {
     fn new() -> Self {
-        let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
         CursorPool {
-            shards: (0..threads.clamp(2, 64))
-                .map(|_| Mutex::default())
-                .collect(),
+            shards: (0..thread_slots()).map(|_| CachePadded::default()).collect(),
         }
     }
 
@@ -1086,6 +1093,12 @@ impl CursorPool {
             shard.lock().clear();
         }
     }
+}
+
+/// How many per-thread copies of a shared structure to keep: the machine's
+/// threads, at least 2 and at most 64.
+fn thread_slots() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get().clamp(2, 64))
 }
 
 /// A small number that tells this thread from the others.

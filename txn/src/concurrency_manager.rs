@@ -26,12 +26,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 use percolate_mvcc::{CommittedVersion, Key, Lock, TimeStamp, VersionHints};
 
 use crate::Error;
 use crate::lock_wait::LockWaits;
 use crate::oracle::TimestampOracle;
+use crate::slots::{thread_slot, thread_slots};
 use crate::versions::VersionCache;
 
 /// The upper bound on a region's `max_ts`: the latest timestamp of the
@@ -97,23 +99,105 @@ pub struct ConcurrencyManager {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug, Default)]
+///
+/// Every read and every write of the region passes through here, from
+/// every thread, so what they touch is laid out for it: `max_ts` on a
+/// cache line of its own (written only when a read raises it), the memory
+/// lock table in shards by key hash, each with its own count on its own
+/// line, and the version hints behind one handle per thread slot, so that
+/// taking a handle counts a reference on a line no other thread writes.
+#[derive(Debug)]
 struct Inner {
-    max_ts: AtomicU64,
+    max_ts: CachePadded<AtomicU64>,
+    /// The memory lock table, by [`shard_of`] the key.
+    shards: Box<[Arc<LockShard>]>,
+    limit: Option<MaxTsLimit>,
+    /// The last bound `limit` gave (0: not asked yet). Only grows.
+    cached_limit: AtomicU64,
+    /// The newest data versions of recently committed keys.
+    versions: Arc<VersionCache>,
+    /// `versions` once per thread slot (see [`ConcurrencyManager::version_hints`]).
+    hints: Box<[Arc<HintsHandle>]>,
+    /// Where pessimistic lock requests wait (shared by a cluster's
+    /// regions).
+    lock_waits: LockWaits,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self::new(TimeStamp::zero(), None, LockWaits::default())
+    }
+}
+
+impl Inner {
+    fn new(latest_ts: TimeStamp, limit: Option<MaxTsLimit>, lock_waits: LockWaits) -> Self {
+        let versions = Arc::new(VersionCache::default());
+        let slots = thread_slots();
+        Inner {
+            max_ts: CachePadded::new(AtomicU64::new(latest_ts.into_inner())),
+            shards: (0..LOCK_SHARDS).map(|_| Arc::default()).collect(),
+            limit,
+            cached_limit: AtomicU64::new(0),
+            hints: (0..slots)
+                .map(|_| Arc::new(HintsHandle(versions.clone())))
+                .collect(),
+            versions,
+            lock_waits,
+        }
+    }
+
+    fn shard(&self, key: &Key) -> &Arc<LockShard> {
+        &self.shards[shard_of(key)]
+    }
+}
+
+/// Shards of the memory lock table.
+const LOCK_SHARDS: usize = 32;
+
+/// The shard of `key`: a multiplicative hash of its encoded bytes, eight at
+/// a time (the keys of one workload often differ only in their last bytes).
+fn shard_of(key: &Key) -> usize {
+    let mut hash = 0u64;
+    for chunk in key.as_encoded().chunks(8) {
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        hash = (hash.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x51_7cc1_b727_220a_95);
+    }
+    // The high bits are the best mixed.
+    (hash >> 58) as usize % LOCK_SHARDS
+}
+
+/// One shard of the memory lock table. Aligned so that shards (and their
+/// reference counts, which key guards take) do not share cache lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct LockShard {
     /// Invariant: an entry lives exactly as long as its [`KeyGuard`].
     table: Mutex<BTreeMap<Key, Arc<MemoryLock>>>,
     /// The number of entries in `table`, stored while its mutex is held,
     /// so that a reader who finds it zero can skip the mutex (see
     /// [`ConcurrencyManager::read_key_check`]).
     entries: AtomicUsize,
-    limit: Option<MaxTsLimit>,
-    /// The last bound `limit` gave (0: not asked yet). Only grows.
-    cached_limit: AtomicU64,
-    /// The newest data versions of recently committed keys.
-    versions: Arc<VersionCache>,
-    /// Where pessimistic lock requests wait (shared by a cluster's
-    /// regions).
-    lock_waits: LockWaits,
+}
+
+/// A handle on the region's version hints; one per thread slot, aligned
+/// so that each handle's reference count has its cache line to itself.
+#[derive(Debug)]
+#[repr(align(128))]
+struct HintsHandle(Arc<VersionCache>);
+
+impl VersionHints for HintsHandle {
+    fn newest_data_version(&self, key: &Key, record: &mut Vec<u8>) -> Option<(TimeStamp, u64)> {
+        self.0.newest_data_version(key, record)
+    }
+
+    fn offer(&self, key: &Key, version: TimeStamp, epoch: u64) {
+        self.0.offer(key, version, epoch)
+    }
+
+    fn fill(&self, key: &Key, version: TimeStamp, epoch: u64, record: &[u8]) {
+        self.0.fill(key, version, epoch, record)
+    }
 }
 
 /// The slot of one key in the memory lock table.
@@ -126,7 +210,7 @@ pub struct MemoryLock {
 /// every path (success, error, panic).
 #[derive(Debug)]
 pub struct KeyGuard {
-    manager: ConcurrencyManager,
+    shard: Arc<LockShard>,
     key: Key,
     handle: Arc<MemoryLock>,
 }
@@ -145,16 +229,13 @@ impl KeyGuard {
 
 impl Drop for KeyGuard {
     fn drop(&mut self) {
-        let mut table = self.manager.inner.table.lock();
+        let mut table = self.shard.table.lock();
         if table
             .get(&self.key)
             .is_some_and(|h| Arc::ptr_eq(h, &self.handle))
         {
             table.remove(&self.key);
-            self.manager
-                .inner
-                .entries
-                .store(table.len(), Ordering::SeqCst);
+            self.shard.entries.store(table.len(), Ordering::SeqCst);
         }
     }
 }
@@ -207,15 +288,7 @@ impl ConcurrencyManager {
         lock_waits: LockWaits,
     ) -> Self {
         ConcurrencyManager {
-            inner: Arc::new(Inner {
-                max_ts: AtomicU64::new(latest_ts.into_inner()),
-                table: Mutex::default(),
-                entries: AtomicUsize::new(0),
-                limit,
-                cached_limit: AtomicU64::new(0),
-                versions: Arc::default(),
-                lock_waits,
-            }),
+            inner: Arc::new(Inner::new(latest_ts, limit, lock_waits)),
         }
     }
 
@@ -256,7 +329,8 @@ impl ConcurrencyManager {
     /// of the record (see
     /// [`VersionHints`]).
     pub fn version_hints(&self) -> Arc<dyn VersionHints> {
-        self.inner.versions.clone()
+        let hints = &self.inner.hints;
+        hints[thread_slot() % hints.len()].clone()
     }
 
     /// The largest read timestamp seen.
@@ -315,33 +389,34 @@ impl ConcurrencyManager {
         let mut keys: Vec<Key> = keys.into_iter().collect();
         keys.sort_unstable();
         keys.dedup();
-        let mut table = self.inner.table.lock();
-        let guards = keys
-            .into_iter()
+        keys.into_iter()
             .map(|key| {
+                let shard = self.inner.shard(&key);
                 let handle = Arc::new(MemoryLock::default());
+                let mut table = shard.table.lock();
                 table.insert(key.clone(), handle.clone());
+                shard.entries.store(table.len(), Ordering::SeqCst);
+                drop(table);
                 KeyGuard {
-                    manager: self.clone(),
+                    shard: shard.clone(),
                     key,
                     handle,
                 }
             })
-            .collect();
-        self.inner.entries.store(table.len(), Ordering::SeqCst);
-        guards
+            .collect()
     }
 
-    /// Whether the memory lock table is empty, read without its mutex.
+    /// Whether `shard` of the memory lock table is empty, read without its
+    /// mutex.
     ///
     /// Sound for a reader that raised `max_ts` before asking (both are
     /// sequentially consistent): a prewrite that puts its keys in the table
-    /// stores the new count before it reads `max_ts`, so either the reader
-    /// sees the count and takes the mutex (which the prewrite held while
-    /// inserting), or the prewrite's read of `max_ts` comes after the
-    /// reader's update and its commit_ts lands above the read.
-    fn is_empty(&self) -> bool {
-        self.inner.entries.load(Ordering::SeqCst) == 0
+    /// stores each shard's new count before it reads `max_ts`, so either
+    /// the reader sees the count and takes the mutex (which the prewrite
+    /// held while inserting), or the prewrite's read of `max_ts` comes
+    /// after the reader's update and its commit_ts lands above the read.
+    fn is_empty(shard: &LockShard) -> bool {
+        shard.entries.load(Ordering::SeqCst) == 0
     }
 
     /// Takes the memory locks of `guards` exclusively (in key order) and
@@ -366,10 +441,11 @@ impl ConcurrencyManager {
         key: &Key,
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
-        if self.is_empty() {
+        let shard = self.inner.shard(key);
+        if Self::is_empty(shard) {
             return Ok(());
         }
-        let handle = self.inner.table.lock().get(key).cloned();
+        let handle = shard.table.lock().get(key).cloned();
         match handle {
             Some(h) => match &*h.lock.lock() {
                 Some(lock) => check(lock, key),
@@ -388,21 +464,24 @@ impl ConcurrencyManager {
         end: Option<&Key>,
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
-        if self.is_empty() {
+        if start.zip(end).is_some_and(|(s, e)| s >= e) {
             return Ok(());
         }
-        let handles: Vec<(Key, Arc<MemoryLock>)> = {
-            let table = self.inner.table.lock();
-            let lower = start.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included);
-            let upper = end.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
-            if start.zip(end).is_some_and(|(s, e)| s >= e) {
-                return Ok(());
+        let lower = start.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included);
+        let upper = end.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        let mut handles: Vec<(Key, Arc<MemoryLock>)> = Vec::new();
+        for shard in self.inner.shards.iter() {
+            if Self::is_empty(shard) {
+                continue;
             }
-            table
-                .range::<Key, _>((lower, upper))
-                .map(|(k, h)| (k.clone(), h.clone()))
-                .collect()
-        };
+            let table = shard.table.lock();
+            handles.extend(
+                table
+                    .range::<Key, _>((lower, upper))
+                    .map(|(k, h)| (k.clone(), h.clone())),
+            );
+        }
+        handles.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         for (key, handle) in handles {
             if let Some(lock) = &*handle.lock.lock() {
                 check(lock, &key)?;
@@ -413,7 +492,12 @@ impl ConcurrencyManager {
 
     /// The smallest start_ts among published memory locks.
     pub fn global_min_lock_ts(&self) -> Option<TimeStamp> {
-        let handles: Vec<Arc<MemoryLock>> = self.inner.table.lock().values().cloned().collect();
+        let handles: Vec<Arc<MemoryLock>> = self
+            .inner
+            .shards
+            .iter()
+            .flat_map(|shard| shard.table.lock().values().cloned().collect::<Vec<_>>())
+            .collect();
         handles
             .iter()
             .filter_map(|h| h.lock.lock().as_ref().map(|l| l.ts))

@@ -49,6 +49,7 @@ pub mod notify;
 pub mod oracle;
 pub mod read;
 pub mod scheduler;
+mod slots;
 pub mod storage;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

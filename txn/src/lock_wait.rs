@@ -249,9 +249,12 @@ impl LockWaits {
     }
 
     /// Reports the locks a written batch deleted, if anyone watches.
-    pub(crate) fn release_deleted_locks(&self, hashes: &[u64]) {
-        if !hashes.is_empty() && self.has_watchers() {
-            self.release(hashes);
+    pub(crate) fn release_deleted_locks(&self, batch: &WriteBatch) {
+        if self.has_watchers() {
+            let hashes = deleted_lock_hashes(batch);
+            if !hashes.is_empty() {
+                self.release(&hashes);
+            }
         }
     }
 
@@ -400,7 +403,7 @@ impl Drop for WatchTicket {
 
 /// The hashes of the lock-CF keys `batch` deletes: the locks it releases.
 /// Allocates nothing for a batch that deletes none.
-pub(crate) fn deleted_lock_hashes(batch: &WriteBatch) -> Vec<u64> {
+fn deleted_lock_hashes(batch: &WriteBatch) -> Vec<u64> {
     batch
         .modifies()
         .iter()

@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use percolate_engine::EngineStats;
 
+use crate::slots::{thread_slot, thread_slots};
+
 /// What a command is, for its counters: one per command of
 /// [`commands`](crate::commands), and `Other` for commands defined
 /// elsewhere.
@@ -299,11 +301,6 @@ struct ProtocolStats {
     latency: Histogram,
 }
 
-/// Stripes of the counters a hot path adds to: each thread adds to one
-/// (its own, up to this many threads), so threads on different cores do
-/// not fight over the counters' cache lines; a snapshot sums them.
-const STRIPES: usize = 8;
-
 /// One stripe of the hot counters, on cache lines of its own.
 #[derive(Debug, Default)]
 #[repr(align(128))]
@@ -317,17 +314,11 @@ struct Stripe {
     oracle_calls: AtomicU64,
 }
 
-/// The stripe of the calling thread.
-fn stripe_index() -> usize {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    thread_local! {
-        static STRIPE: usize = (NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES as u64) as usize;
-    }
-    STRIPE.with(|s| *s)
-}
-
-/// Counters and histograms shared by a client and its regions.
+/// Counters and histograms shared by a client and its regions. Aligned so
+/// that its reference count, which every write command takes, is not on
+/// the cache line of the fields every operation reads.
 #[derive(Debug)]
+#[repr(align(128))]
 pub struct Metrics {
     enabled: bool,
     stripes: Box<[Stripe]>,
@@ -357,7 +348,7 @@ impl Metrics {
     pub fn new() -> Self {
         Metrics {
             enabled: true,
-            stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
+            stripes: (0..thread_slots()).map(|_| Stripe::default()).collect(),
             gc_runs: AtomicU64::new(0),
             gc_safe_point: AtomicU64::new(0),
             gc_versions_deleted: AtomicU64::new(0),
@@ -412,8 +403,11 @@ impl Metrics {
     }
 
     /// The calling thread's stripe.
+    /// The stripe of the calling thread: one per thread slot, so that
+    /// threads on different cores do not fight over the counters' cache
+    /// lines; a snapshot sums them.
     fn stripe(&self) -> &Stripe {
-        &self.stripes[stripe_index()]
+        &self.stripes[thread_slot() % self.stripes.len()]
     }
 
     /// Adds one to the counter `pick` chooses in the calling thread's

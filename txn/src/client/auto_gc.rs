@@ -38,6 +38,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use percolate_engine::{Engine, GcRecord};
 use percolate_mvcc::{Key, TSO_PHYSICAL_SHIFT_BITS, TimeStamp, WriteRef, WriteType};
@@ -47,6 +48,7 @@ use crate::Result;
 use crate::actions::gc::GcInfo;
 use crate::commands::Gc;
 use crate::oracle::TimestampOracle;
+use crate::slots::{thread_slot, thread_slots};
 
 /// How the client collects garbage by itself ([`ClientConfig::gc`](super::ClientConfig::gc)).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -344,16 +346,13 @@ pub(crate) struct LiveTimestamps {
     /// shard holds the few transactions of the threads that share it, and
     /// a vector that keeps its capacity allocates nothing per
     /// registration).
-    shards: Box<[Mutex<Vec<TimeStamp>>]>,
+    shards: Box<[CachePadded<Mutex<Vec<TimeStamp>>>]>,
 }
 
 impl LiveTimestamps {
     fn new() -> Self {
-        let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
         LiveTimestamps {
-            shards: (0..threads.clamp(2, 64))
-                .map(|_| Mutex::default())
-                .collect(),
+            shards: (0..thread_slots()).map(|_| CachePadded::default()).collect(),
         }
     }
 
@@ -416,16 +415,6 @@ impl Drop for LiveTs {
             live.swap_remove(at);
         }
     }
-}
-
-/// A small number that tells this thread from the others.
-fn thread_slot() -> usize {
-    use std::sync::atomic::AtomicUsize;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    SLOT.with(|slot| *slot)
 }
 
 #[cfg(test)]

@@ -233,6 +233,10 @@ impl<E: Engine> std::fmt::Debug for Client<E> {
     }
 }
 
+/// Aligned so that its reference count, which every transaction and
+/// snapshot takes, is on a cache line of its own, not on the fields every
+/// operation reads.
+#[repr(align(128))]
 pub(crate) struct Inner<E: Engine> {
     pub(crate) cluster: Cluster<E>,
     pub(crate) oracle: Arc<dyn TimestampOracle>,

@@ -35,9 +35,10 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use percolate_engine::{Durability, Engine, WriteBatch, WriteOptions};
-use percolate_mvcc::Key;
+use percolate_mvcc::{CommittedVersion, Key};
 
 use self::latches::{CommandId, Latches};
 pub use self::pending::Pending;
@@ -81,6 +82,9 @@ impl Default for SchedulerConfig {
 pub(crate) struct Finish {
     pub(crate) batch: WriteBatch,
     pub(crate) guards: Vec<KeyGuard>,
+    /// The versions the batch writes as the newest of their keys, noted in
+    /// the version hints before it is written and confirmed here after.
+    pub(crate) committed: Vec<CommittedVersion>,
     /// The command's own durability, where it overrides the scheduler's.
     pub(crate) durability: Option<Durability>,
     /// Called with the outcome of the engine write (`Ok` when there was
@@ -125,11 +129,15 @@ struct Inner<E> {
     /// Write commands between submit and dispatch, by id. A command's
     /// latches are only ever acquired under its shard's mutex, so a wake-up
     /// cannot slip between a failed acquire and the task's return here.
-    tasks: Vec<Mutex<HashMap<CommandId, Task<E>>>>,
-    next_cid: AtomicU64,
+    ///
+    /// The counters every command changes are on cache lines of their own,
+    /// as are the shards: commands from many threads at once would
+    /// otherwise take the lines the others read their fields from.
+    tasks: Vec<CachePadded<Mutex<HashMap<CommandId, Task<E>>>>>,
+    next_cid: CachePadded<AtomicU64>,
     /// Write commands that waited for a latch.
-    latch_waits: AtomicU64,
-    in_flight: AtomicUsize,
+    latch_waits: CachePadded<AtomicU64>,
+    in_flight: CachePadded<AtomicUsize>,
     max_pending: usize,
     write_options: WriteOptions,
     work_tx: Sender<Work>,
@@ -185,10 +193,10 @@ impl<E: Engine> Scheduler<E> {
             engine,
             cm,
             latches: Latches::new(config.latch_slots),
-            tasks: (0..TASK_SHARDS).map(|_| Mutex::default()).collect(),
-            next_cid: AtomicU64::new(1),
-            latch_waits: AtomicU64::new(0),
-            in_flight: AtomicUsize::new(0),
+            tasks: (0..TASK_SHARDS).map(|_| CachePadded::default()).collect(),
+            next_cid: CachePadded::new(AtomicU64::new(1)),
+            latch_waits: CachePadded::default(),
+            in_flight: CachePadded::default(),
             max_pending: config.max_pending.max(1),
             write_options: WriteOptions {
                 durability: config.durability,
@@ -289,7 +297,7 @@ impl<E: Engine> Scheduler<E> {
         };
         self.inner.tasks[shard(cid)].lock().insert(cid, task);
         match Inner::try_acquire(&self.inner, cid) {
-            Some(task) => self.inner.clone().process(cid, task),
+            Some(task) => self.inner.process(cid, task),
             None => {
                 self.inner.latch_waits.fetch_add(1, Ordering::Relaxed);
             }
@@ -391,7 +399,7 @@ impl<E: Engine> Inner<E> {
     }
 
     /// Runs a command that holds its latches.
-    fn process(self: Arc<Self>, cid: CommandId, task: Task<E>) {
+    fn process(self: &Arc<Self>, cid: CommandId, task: Task<E>) {
         let Task {
             lock,
             submitted,
@@ -480,9 +488,15 @@ impl<E: Engine> Inner<E> {
         let Finish {
             batch,
             guards,
+            committed,
             reply,
             durability: _,
         } = finish;
+        if result.is_ok() {
+            self.cm.confirm_committed(&self.engine, &committed);
+            // Locks the batch deleted wake their waiters (see `LockWaits`).
+            self.cm.lock_waits().release_deleted_locks(&batch);
+        }
         drop(batch);
         drop(guards);
         self.release(cid, lock);

@@ -47,7 +47,7 @@ use crate::commands::{
     TxnHeartBeat, WriteCommand, WriteContext,
 };
 use crate::concurrency_manager::{ConcurrencyManager, MaxTsLimit};
-use crate::lock_wait::{LockWaits, WaitOutcome, deleted_lock_hashes};
+use crate::lock_wait::{LockWaits, WaitOutcome};
 use crate::metrics::Metrics;
 use crate::read::{ReadOptions, ScanRequest};
 use crate::scheduler::{JobInput, Pending, Scheduler, SchedulerConfig, pending};
@@ -212,9 +212,9 @@ impl<E: Engine> Storage<E> {
         let (metrics, start) = (self.metrics.clone(), self.metrics.start());
         let deadline = options.max_execution_duration.map(|d| Instant::now() + d);
         let job = Box::new(move |input: JobInput<'_, E>| {
-            let (outcome, region) = match input {
-                JobInput::Run { engine, cm } => (
-                    cmd.process(WriteContext {
+            let outcome = match input {
+                JobInput::Run { engine, cm } => cmd
+                    .process(WriteContext {
                         snapshot: engine.latest(),
                         cm,
                     })
@@ -222,24 +222,16 @@ impl<E: Engine> Storage<E> {
                     // confirmed after (see `VersionHints`); a write that
                     // fails leaves them unconfirmed, never used.
                     .inspect(|result| cm.note_committed(&result.committed)),
-                    Some((engine.clone(), cm.clone())),
-                ),
-                JobInput::Abort(e) => (Err(e), None),
+                JobInput::Abort(e) => Err(e),
             };
             match outcome {
                 Ok(result) => {
-                    // Locks the batch deletes wake their waiters once it is
-                    // written (see `LockWaits`).
-                    let released = deleted_lock_hashes(&result.batch);
                     crate::scheduler::Finish {
                         batch: result.batch,
                         guards: result.guards,
+                        committed: result.committed,
                         durability: options.durability,
                         reply: Box::new(move |written: Result<()>| {
-                            if let (Ok(()), Some((engine, cm))) = (&written, &region) {
-                                cm.confirm_committed(engine, &result.committed);
-                                cm.lock_waits().release_deleted_locks(&released);
-                            }
                             metrics.command(C::KIND, start, written.is_ok());
                             completer.complete(written.map(|()| result.output));
                         }),
@@ -248,6 +240,7 @@ impl<E: Engine> Storage<E> {
                 Err(e) => crate::scheduler::Finish {
                     batch: Default::default(),
                     guards: Vec::new(),
+                    committed: Vec::new(),
                     durability: None,
                     reply: Box::new(move |_| {
                         metrics.command(C::KIND, start, false);
