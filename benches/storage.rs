@@ -198,7 +198,10 @@ fn bench_workers(c: &mut Criterion) {
             )
         };
         let busy: Vec<String> = std::iter::once((1, cores(&one)))
-            .chain(more.iter().map(|(workers, region, _)| (*workers, cores(region))))
+            .chain(
+                more.iter()
+                    .map(|(workers, region, _)| (*workers, cores(region))),
+            )
             .map(|(workers, cores)| format!("{workers} worker(s) keep {cores:.2}"))
             .collect();
         println!(

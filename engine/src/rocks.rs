@@ -1069,7 +1069,9 @@ const CURSORS_PER_SHARD: usize = 2;
 impl CursorPool {
     fn new() -> Self {
         CursorPool {
-            shards: (0..thread_slots()).map(|_| CachePadded::default()).collect(),
+            shards: (0..thread_slots())
+                .map(|_| CachePadded::default())
+                .collect(),
         }
     }
 

@@ -125,13 +125,23 @@ struct Inner {
 
 impl Default for Inner {
     fn default() -> Self {
-        Self::new(TimeStamp::zero(), None, LockWaits::default())
+        Self::new(
+            TimeStamp::zero(),
+            None,
+            LockWaits::default(),
+            crate::versions::DEFAULT_BYTES,
+        )
     }
 }
 
 impl Inner {
-    fn new(latest_ts: TimeStamp, limit: Option<MaxTsLimit>, lock_waits: LockWaits) -> Self {
-        let versions = Arc::new(VersionCache::default());
+    fn new(
+        latest_ts: TimeStamp,
+        limit: Option<MaxTsLimit>,
+        lock_waits: LockWaits,
+        version_hint_bytes: usize,
+    ) -> Self {
+        let versions = Arc::new(VersionCache::with_bytes(version_hint_bytes));
         let slots = thread_slots();
         Inner {
             max_ts: CachePadded::new(AtomicU64::new(latest_ts.into_inner())),
@@ -161,7 +171,8 @@ fn shard_of(key: &Key) -> usize {
     for chunk in key.as_encoded().chunks(8) {
         let mut word = [0u8; 8];
         word[..chunk.len()].copy_from_slice(chunk);
-        hash = (hash.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x51_7cc1_b727_220a_95);
+        hash =
+            (hash.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x51_7cc1_b727_220a_95);
     }
     // The high bits are the best mixed.
     (hash >> 58) as usize % LOCK_SHARDS
@@ -287,8 +298,20 @@ impl ConcurrencyManager {
         limit: Option<MaxTsLimit>,
         lock_waits: LockWaits,
     ) -> Self {
+        Self::with_parts(latest_ts, limit, lock_waits, crate::versions::DEFAULT_BYTES)
+    }
+
+    /// [`with_lock_waits`](Self::with_lock_waits), with version hints of
+    /// at most `version_hint_bytes` (see
+    /// [`StorageConfig::version_hint_bytes`](crate::storage::StorageConfig::version_hint_bytes)).
+    pub fn with_parts(
+        latest_ts: TimeStamp,
+        limit: Option<MaxTsLimit>,
+        lock_waits: LockWaits,
+        version_hint_bytes: usize,
+    ) -> Self {
         ConcurrencyManager {
-            inner: Arc::new(Inner::new(latest_ts, limit, lock_waits)),
+            inner: Arc::new(Inner::new(latest_ts, limit, lock_waits, version_hint_bytes)),
         }
     }
 

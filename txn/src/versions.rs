@@ -34,10 +34,13 @@
 //! held, is simply read with a seek. (With one slot per key, the hot keys
 //! of YCSB-A over 100,000 records found no hint in 14% of reads, with two
 //! in 9.7%; a seek costs several times a hinted read.) Its memory is
-//! bounded: 65,536 slots of 256 bytes per region (16 MiB), allocated a
+//! bounded by [`StorageConfig::version_hint_bytes`](crate::storage::StorageConfig::version_hint_bytes):
+//! by default 262,144 slots of 256 bytes per region (64 MiB), allocated a
 //! shard (1/64th) at a time as keys arrive, so a region that has seen a
 //! few hundred keys has most of it; a client of N regions holds up to
-//! N x 16 MiB.
+//! N x 64 MiB. (At 16 MiB, uniform point reads over 100,000 keys found a
+//! hint in about half their reads and ran at 0.66x TransactionDB's gets;
+//! at 64 MiB, 1.2x: a seek of an unhinted key costs several hinted reads.)
 //!
 //! Every point read asks here, from every thread, so a lookup writes
 //! nothing shared: each slot is a sequence lock. Writers (one per shard at
@@ -56,8 +59,9 @@ use percolate_mvcc::{Key, TimeStamp, VersionHints};
 /// its own mutex.
 const SHARDS: usize = 64;
 
-/// Slots per shard.
-const SLOTS_PER_SHARD: usize = 1024;
+/// The table's size unless configured otherwise: 262,144 slots (64 MiB),
+/// room for the newest version of a quarter of a million keys.
+pub(crate) const DEFAULT_BYTES: usize = 64 << 20;
 
 /// Words of a key held inline: encoded keys of up to 56 bytes (raw keys of
 /// up to 47 bytes) can have hints.
@@ -138,9 +142,10 @@ struct Packed {
 
 impl Packed {
     /// `None` for a key too long to be held inline.
-    fn new(key: &Key) -> Option<Packed> {
+    /// `None` also for a table without slots.
+    fn new(key: &Key, slots_per_shard: usize) -> Option<Packed> {
         let bytes = key.as_encoded();
-        if bytes.len() > KEY_WORDS * 8 {
+        if bytes.len() > KEY_WORDS * 8 || slots_per_shard == 0 {
             return None;
         }
         let words: [u64; KEY_WORDS] = pack(bytes);
@@ -157,12 +162,12 @@ impl Packed {
         hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
         hash ^= hash >> 33;
         // A pair of slots: the first of the two, always even.
-        let index = (hash as usize) % (SHARDS * SLOTS_PER_SHARD / 2) * 2;
+        let index = (hash as usize) % (SHARDS * slots_per_shard / 2) * 2;
         Some(Packed {
             len: bytes.len() as u64 + 1,
             key: words,
-            shard: index / SLOTS_PER_SHARD,
-            slot: index % SLOTS_PER_SHARD,
+            shard: index / slots_per_shard,
+            slot: index % slots_per_shard,
         })
     }
 
@@ -258,13 +263,13 @@ struct Shard {
 /// The newest data versions of recently committed keys.
 pub(crate) struct VersionCache {
     shards: Box<[Shard]>,
+    /// Slots per shard: even, or 0 for a table that holds nothing.
+    slots_per_shard: usize,
 }
 
 impl Default for VersionCache {
     fn default() -> Self {
-        VersionCache {
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-        }
+        Self::with_bytes(DEFAULT_BYTES)
     }
 }
 
@@ -275,12 +280,28 @@ impl std::fmt::Debug for VersionCache {
 }
 
 impl VersionCache {
+    /// A table of at most `bytes` (rounded down to whole pairs of slots
+    /// per shard; below one pair per shard, a table that holds nothing and
+    /// answers every read with no hint).
+    pub(crate) fn with_bytes(bytes: usize) -> Self {
+        let pairs = bytes / std::mem::size_of::<Slot>() / SHARDS / 2;
+        VersionCache {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            slots_per_shard: pairs * 2,
+        }
+    }
+
+    /// `key` packed, with its slots in this table.
+    fn pack(&self, key: &Key) -> Option<Packed> {
+        Packed::new(key, self.slots_per_shard)
+    }
+
     /// The slots of `key`'s shard, allocated if needed.
     fn shard_slots(&self, key: &Packed) -> (&Shard, &[Slot]) {
         let shard = &self.shards[key.shard];
         let slots = shard
             .slots
-            .get_or_init(|| (0..SLOTS_PER_SHARD).map(|_| Slot::default()).collect());
+            .get_or_init(|| (0..self.slots_per_shard).map(|_| Slot::default()).collect());
         (shard, slots)
     }
 
@@ -302,7 +323,7 @@ impl VersionCache {
     /// Notes that `key`'s newest data version is (about to be) `commit_ts`,
     /// unconfirmed, with its `record`. Called before the record is written.
     pub(crate) fn note(&self, key: &Key, commit_ts: TimeStamp, record: &[u8]) {
-        let Some(key) = Packed::new(key) else {
+        let Some(key) = self.pack(key) else {
             return;
         };
         let (ways, _writer) = self.ways_mut(&key, true).expect("waited");
@@ -330,7 +351,7 @@ impl VersionCache {
     /// written, at the engine's write epoch of the key read after the write
     /// (`None`: the engine keeps none, and the hint is never used).
     pub(crate) fn confirm(&self, key: &Key, commit_ts: TimeStamp, write_epoch: Option<u64>) {
-        let Some(key) = Packed::new(key) else {
+        let Some(key) = self.pack(key) else {
             return;
         };
         let (ways, _writer) = self.ways_mut(&key, true).expect("waited");
@@ -385,7 +406,7 @@ impl<'a> Ways<'a> {
 
 impl VersionHints for VersionCache {
     fn newest_data_version(&self, key: &Key, record: &mut Vec<u8>) -> Option<(TimeStamp, u64)> {
-        let key = Packed::new(key)?;
+        let key = self.pack(key)?;
         let slots = self.shards[key.shard].slots.get()?;
         for slot in &slots[key.slot..key.slot + 2] {
             record.clear();
@@ -408,7 +429,7 @@ impl VersionHints for VersionCache {
     }
 
     fn offer(&self, key: &Key, version: TimeStamp, epoch: u64) {
-        let Some(key) = Packed::new(key) else {
+        let Some(key) = self.pack(key) else {
             return;
         };
         let Some((ways, _writer)) = self.ways_mut(&key, false) else {
@@ -434,7 +455,7 @@ impl VersionHints for VersionCache {
     }
 
     fn fill(&self, key: &Key, version: TimeStamp, epoch: u64, record: &[u8]) {
-        let (Some(key), Some(record)) = (Packed::new(key), PackedRecord::new(record)) else {
+        let (Some(key), Some(record)) = (self.pack(key), PackedRecord::new(record)) else {
             return;
         };
         let Some((ways, _writer)) = self.ways_mut(&key, false) else {
@@ -634,7 +655,8 @@ mod tests {
 
     /// `n` keys whose hash picks the same pair of slots.
     fn keys_of_one_pair(n: usize) -> Vec<Key> {
-        let place = |k: &Key| Packed::new(k).map(|p| (p.shard, p.slot));
+        let cache = VersionCache::default();
+        let place = |k: &Key| cache.pack(k).map(|p| (p.shard, p.slot));
         let first = Key::from_raw(b"first");
         let mut keys = vec![first.clone()];
         keys.extend(
@@ -660,6 +682,20 @@ mod tests {
         assert!(longest.as_encoded().len() <= KEY_WORDS * 8);
         cache.offer(&longest, TimeStamp::new(6), 2);
         assert_eq!(hint(&cache, &longest), Some((TimeStamp::new(6), 2)));
+    }
+
+    #[test]
+    fn a_table_sized_below_one_pair_per_shard_holds_nothing() {
+        let cache = VersionCache::with_bytes(1000);
+        let key = Key::from_raw(b"k");
+        cache.note(&key, TimeStamp::new(5), b"record");
+        cache.confirm(&key, TimeStamp::new(5), Some(1));
+        cache.offer(&key, TimeStamp::new(5), 1);
+        assert_eq!(hint(&cache, &key), None);
+        // One pair per shard is a table.
+        let small = VersionCache::with_bytes(SHARDS * 2 * std::mem::size_of::<Slot>());
+        small.offer(&key, TimeStamp::new(5), 1);
+        assert_eq!(hint(&small, &key), Some((TimeStamp::new(5), 1)));
     }
 
     #[test]
@@ -740,14 +776,15 @@ mod tests {
 
     #[test]
     fn keys_of_one_pattern_spread_over_the_slots() {
-        // 32,768 keys that differ only in their digits pick most of the
-        // 32,768 pairs of slots, as random placement would (1 - 1/e of
+        // As many keys as pairs of slots, differing only in their digits,
+        // pick most of the pairs, as random placement would (1 - 1/e of
         // them, 63%).
-        let pairs = SHARDS * SLOTS_PER_SHARD / 2;
+        let cache = VersionCache::default();
+        let pairs = SHARDS * cache.slots_per_shard / 2;
         let mut used = std::collections::HashSet::new();
         for i in 0..pairs as u64 {
             let key = Key::from_raw(format!("user{i:012}").as_bytes());
-            let p = Packed::new(&key).expect("short");
+            let p = cache.pack(&key).expect("short");
             assert_eq!(p.slot % 2, 0);
             used.insert((p.shard, p.slot));
         }

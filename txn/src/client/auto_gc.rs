@@ -352,7 +352,9 @@ pub(crate) struct LiveTimestamps {
 impl LiveTimestamps {
     fn new() -> Self {
         LiveTimestamps {
-            shards: (0..thread_slots()).map(|_| CachePadded::default()).collect(),
+            shards: (0..thread_slots())
+                .map(|_| CachePadded::default())
+                .collect(),
         }
     }
 

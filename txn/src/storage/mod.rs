@@ -58,7 +58,7 @@ use self::bounds::Bounds;
 pub use self::bounds::KeyRange;
 
 /// How a `Storage` is set up.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StorageConfig {
     /// The scheduler: workers, queue bound, latches, durability.
     pub scheduler: SchedulerConfig,
@@ -82,11 +82,31 @@ pub struct StorageConfig {
     /// each other's waits, so deadlocks across them are found. Defaults to
     /// a new table.
     pub lock_waits: LockWaits,
+    /// The memory of the region's version hints: the newest version (and,
+    /// when short, its record) of recently written or read keys, so that a
+    /// point read of such a key makes no engine seek. 256 bytes a key;
+    /// allocated in 64 pieces as keys arrive. 0 turns the hints off (every
+    /// point read seeks). Defaults to 64 MiB, about 262,000 keys.
+    pub version_hint_bytes: usize,
     /// Where the storage counts its commands ([`crate::metrics`]).
     /// Storages given clones of one `Arc` (a
     /// [`Cluster`](crate::cluster::Cluster)'s regions, a client's) count
     /// into one table. Defaults to a new, recording table.
     pub metrics: Arc<Metrics>,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            scheduler: SchedulerConfig::default(),
+            initial_max_ts: TimeStamp::zero(),
+            max_ts_limit: None,
+            key_range: None,
+            lock_waits: LockWaits::default(),
+            version_hint_bytes: crate::versions::DEFAULT_BYTES,
+            metrics: Arc::default(),
+        }
+    }
 }
 
 /// Per-command options.
@@ -146,10 +166,11 @@ impl Storage<RocksEngine> {
 impl<E: Engine> Storage<E> {
     /// A storage over `engine`.
     pub fn new(engine: E, config: StorageConfig) -> Self {
-        let cm = ConcurrencyManager::with_lock_waits(
+        let cm = ConcurrencyManager::with_parts(
             config.initial_max_ts,
             config.max_ts_limit.clone(),
             config.lock_waits.clone(),
+            config.version_hint_bytes,
         );
         Storage {
             scheduler: Scheduler::new(engine, cm, &config.scheduler),
@@ -225,18 +246,16 @@ impl<E: Engine> Storage<E> {
                 JobInput::Abort(e) => Err(e),
             };
             match outcome {
-                Ok(result) => {
-                    crate::scheduler::Finish {
-                        batch: result.batch,
-                        guards: result.guards,
-                        committed: result.committed,
-                        durability: options.durability,
-                        reply: Box::new(move |written: Result<()>| {
-                            metrics.command(C::KIND, start, written.is_ok());
-                            completer.complete(written.map(|()| result.output));
-                        }),
-                    }
-                }
+                Ok(result) => crate::scheduler::Finish {
+                    batch: result.batch,
+                    guards: result.guards,
+                    committed: result.committed,
+                    durability: options.durability,
+                    reply: Box::new(move |written: Result<()>| {
+                        metrics.command(C::KIND, start, written.is_ok());
+                        completer.complete(written.map(|()| result.output));
+                    }),
+                },
                 Err(e) => crate::scheduler::Finish {
                     batch: Default::default(),
                     guards: Vec::new(),
