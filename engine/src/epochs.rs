@@ -12,8 +12,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{Cf, Modify, TS_SUFFIX_LEN, WriteBatch, write_key_prefix};
 
-/// Buckets of write-CF prefixes.
-const BUCKETS: usize = 1 << 16;
+/// Buckets of write-CF prefixes: 262,144 of 24 bytes (6 MiB). A version
+/// hint is good only while its key's bucket has not moved, so the more keys
+/// share a bucket, the more hints a write of one of them spoils: with
+/// 65,536 buckets, uniform 4-key transfers over 100,000 keys spent 43% of
+/// their CPU in seeks, with 262,144, 26%.
+const BUCKETS: usize = 1 << 18;
 
 /// One bucket of write-CF prefixes.
 struct Bucket {
