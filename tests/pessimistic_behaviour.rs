@@ -612,6 +612,27 @@ fn check_txn_status_on_a_stale_locked_with_conflict_primary<E: Engine>(f: TxnFix
     f.must_get(b"k", 30, b"v");
 }
 
+/// CheckTxnStatus on a pessimistic primary flagged locked-with-conflict
+/// whose transaction was in fact rolled back: the Rollback record answers
+/// RolledBack (never Committed), and the stale lock goes without a value
+/// appearing.
+fn check_txn_status_on_a_stale_locked_with_conflict_primary_rolled_back<E: Engine>(
+    f: TxnFixture<E>,
+) {
+    f.must_prewrite_put(b"k", b"v", b"k", 10);
+    f.must_rollback(b"k", 10);
+    let stale = percolate::mvcc::Lock {
+        is_locked_with_conflict: true,
+        ..TxnFixture::<E>::pessimistic_lock(b"k", 10, 20)
+    };
+    f.must_put_lock(b"k", &stale);
+    let status = f.must_check_txn_status(b"k", 10, 30, 30, true);
+    assert_eq!(status, TxnStatus::RolledBack);
+    f.must_unlocked(b"k");
+    f.must_get_rollback(b"k", 10, true);
+    f.must_get_none(b"k", 30);
+}
+
 /// CheckTxnStatus called at u64::MAX (a point read without a timestamp)
 /// pushes nothing and reports min_commit_ts pushed, so the reader may read
 /// past the lock.
@@ -724,6 +745,7 @@ on_both_engines!(
     retried_skip_pessimistic_check_prewrite_finds_its_commit,
     pessimistic_rollback_removes_only_its_own_older_locks,
     check_txn_status_on_a_stale_locked_with_conflict_primary,
+    check_txn_status_on_a_stale_locked_with_conflict_primary_rolled_back,
     check_txn_status_from_a_max_ts_caller,
     check_txn_status_on_an_expired_pessimistic_primary,
     heart_beat_on_a_pessimistic_primary,

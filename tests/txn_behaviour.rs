@@ -825,6 +825,28 @@ fn f12_rollback_of_lock_with_existing_rollback_record<E: Engine>(f: TxnFixture<E
     }
 }
 
+/// F13: a lock of the transaction beside its own commit record on the same
+/// key (data that contradicts itself) is not rolled back: a rollback, a
+/// cleanup and a status check that finds the lock expired all refuse with
+/// Committed, and leave the lock and the commit record as they were.
+fn f13_rollback_refuses_a_lock_beside_its_own_commit_record<E: Engine>(f: TxnFixture<E>) {
+    f.must_prewrite_put(b"k", b"v", b"k", 5);
+    f.must_put_write(
+        b"k",
+        6,
+        &Write::new(WriteType::Put, ts(5), Some(b"v".to_vec())),
+    );
+    let err = f.assert_unchanged(|| f.must_rollback_err(b"k", 5));
+    assert_committed_err(&err, b"k", 5, 6);
+    let err = f.assert_unchanged(|| f.must_cleanup_err(b"k", 5, 0));
+    assert_committed_err(&err, b"k", 5, 6);
+    let expired = cts_options(0, TimeStamp::max().into_inner(), true, |_| {});
+    let err = f.assert_unchanged(|| f.check_txn_status(b"k", 5, &expired).unwrap_err());
+    assert_committed_err(&err, b"k", 5, 6);
+    f.must_locked(b"k", 5);
+    assert_eq!(f.writes(b"k").len(), 1);
+}
+
 // ---------------------------------------------------------------- group G
 
 /// G1: with neither lock nor record, a status check reports TxnNotFound,
@@ -1079,6 +1101,23 @@ fn g13_verify_is_primary<E: Engine>(f: TxnFixture<E>) {
     assert_eq!(status, TxnStatus::LockNotExist);
     f.must_unlocked(b"k3");
     f.must_get_rollback(b"k3", 5, true);
+}
+
+/// G14: verify_is_primary lets the transaction's own primary through (its
+/// lock is judged as usual), and without it a lock is judged on whatever
+/// key it was asked about, primary or not: Uncommitted, lock kept, no
+/// PrimaryMismatch either way.
+fn g14_primary_check_only_when_asked_and_only_for_another_primary<E: Engine>(f: TxnFixture<E>) {
+    f.must_prewrite_put(b"p", b"v", b"p", 5);
+    f.must_prewrite_put(b"s", b"v", b"p", 5);
+    let primary_verified = cts_options(0, 0, false, |o| o.verify_is_primary = true);
+    let status = f.check_txn_status(b"p", 5, &primary_verified).unwrap();
+    assert_eq!(uncommitted(status).0.primary, b"p".to_vec());
+    let unverified = cts_options(0, 0, false, |_| {});
+    let status = f.check_txn_status(b"s", 5, &unverified).unwrap();
+    assert_eq!(uncommitted(status).0.primary, b"p".to_vec());
+    f.must_locked(b"p", 5);
+    f.must_locked(b"s", 5);
 }
 
 // ---------------------------------------------------------------- group H
@@ -1558,6 +1597,7 @@ on_both_engines!(
     f9_protected_rollback_marks_an_async_lock,
     f10_cleanup_ttl_check,
     f12_rollback_of_lock_with_existing_rollback_record,
+    f13_rollback_refuses_a_lock_beside_its_own_commit_record,
     g1_missing_txn,
     g3_push_min_commit_ts,
     g4_zero_min_commit_ts_is_never_pushed,
@@ -1567,6 +1607,7 @@ on_both_engines!(
     g10_async_commit_primary_is_never_decided,
     g12_optimistic_rollback_at_another_commit_ts,
     g13_verify_is_primary,
+    g14_primary_check_only_when_asked_and_only_for_another_primary,
     h1_heart_beat_txn_not_found,
     i1_async_min_commit_ts_from_max_ts,
     i2_min_commit_ts_formula,
