@@ -171,8 +171,7 @@ fn shard_of(key: &Key) -> usize {
     for chunk in key.as_encoded().chunks(8) {
         let mut word = [0u8; 8];
         word[..chunk.len()].copy_from_slice(chunk);
-        hash =
-            (hash.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x51_7cc1_b727_220a_95);
+        hash = (hash.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
     // The high bits are the best mixed.
     (hash >> 58) as usize % LOCK_SHARDS

@@ -122,6 +122,9 @@ struct Written {
 
 const TASK_SHARDS: usize = 64;
 
+/// One shard of the waiting write commands, on cache lines of its own.
+type TaskShard<E> = CachePadded<Mutex<HashMap<CommandId, Task<E>>>>;
+
 struct Inner<E> {
     engine: E,
     cm: ConcurrencyManager,
@@ -133,7 +136,7 @@ struct Inner<E> {
     /// The counters every command changes are on cache lines of their own,
     /// as are the shards: commands from many threads at once would
     /// otherwise take the lines the others read their fields from.
-    tasks: Vec<CachePadded<Mutex<HashMap<CommandId, Task<E>>>>>,
+    tasks: Vec<TaskShard<E>>,
     next_cid: CachePadded<AtomicU64>,
     /// Write commands that waited for a latch.
     latch_waits: CachePadded<AtomicU64>,
