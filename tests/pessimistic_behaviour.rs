@@ -572,6 +572,55 @@ fn retried_skip_pessimistic_check_prewrite_finds_its_commit<E: Engine>(f: TxnFix
     assert_eq!(f.writes(b"k").len(), 1);
 }
 
+/// A key the caller vouches for without a pessimistic lock
+/// (SkipPessimisticCheck) is not checked for newer records: a commit above
+/// the for_update_ts does not stop it. The same request marked as a retry
+/// does check it, and that commit means the key's lock was lost.
+fn skip_pessimistic_check_looks_for_newer_records_only_on_a_retry<E: Engine>(f: TxnFixture<E>) {
+    f.must_put_committed(b"k", b"old", 12, 15);
+    let props = pessimistic_props(b"k", 10, 10, 3000);
+    let request = || vec![pessimistic_put(b"k", b"v", SkipPessimisticCheck)];
+    let retry = TransactionProperties {
+        is_retry_request: true,
+        ..props.clone()
+    };
+    let err = f
+        .assert_unchanged(|| f.prewrite(&retry, request(), None))
+        .unwrap_err();
+    assert_lock_not_found(&err, PessimisticLockNotFoundReason::NonLockKeyConflict);
+    f.must_prewrite_mutations(&props, request(), None);
+    assert_eq!(f.must_locked(b"k", 10).lock_type, LockType::Put);
+    // Another transaction's newer rollback does not stop even the retry.
+    f.must_rollback(b"r", 15);
+    let request = vec![pessimistic_put(b"r", b"v", SkipPessimisticCheck)];
+    f.must_prewrite_mutations(&retry, request, None);
+    f.must_locked(b"r", 10);
+}
+
+/// C24 at the boundary: a commit exactly at the start_ts (an async-commit
+/// or 1PC commit_ts may equal another transaction's start_ts) is in the
+/// snapshot, not a `LazyUniquenessCheck` conflict: a Put locks the key, an
+/// Insert finds the value.
+fn c24_do_constraint_check_at_the_start_ts<E: Engine>(f: TxnFixture<E>) {
+    f.must_put_committed(b"k", b"v", 5, 10);
+    let props = pessimistic_props(b"k", 10, 10, 3000);
+    let insert =
+        Mutation::insert(key(b"k"), b"v".to_vec()).with_pessimistic_action(DoConstraintCheck);
+    let err = f
+        .assert_unchanged(|| f.prewrite(&props, vec![insert], None))
+        .unwrap_err();
+    assert!(
+        matches!(mvcc_err(&err), MvccError::AlreadyExist { existing_start_ts, .. } if *existing_start_ts == ts(5)),
+        "{err}"
+    );
+    f.must_prewrite_mutations(
+        &props,
+        vec![pessimistic_put(b"k", b"v2", DoConstraintCheck)],
+        None,
+    );
+    assert_eq!(f.must_locked(b"k", 10).lock_type, LockType::Put);
+}
+
 // --------------------------------------------- other actions, pessimistic
 
 /// PessimisticRollback removes only the transaction's pessimistic locks
@@ -743,6 +792,8 @@ on_both_engines!(
     pessimistic_prewrite_for_update_ts_and_check_not_exists,
     pessimistic_async_commit_and_one_pc,
     retried_skip_pessimistic_check_prewrite_finds_its_commit,
+    skip_pessimistic_check_looks_for_newer_records_only_on_a_retry,
+    c24_do_constraint_check_at_the_start_ts,
     pessimistic_rollback_removes_only_its_own_older_locks,
     check_txn_status_on_a_stale_locked_with_conflict_primary,
     check_txn_status_on_a_stale_locked_with_conflict_primary_rolled_back,
