@@ -398,9 +398,10 @@ fn readers_never_miss_async_commits<E: Engine>(f: EngineFixture<E>) {
                         let prewrite = Prewrite::new(vec![put(k, &value)], k, start_ts)
                             .async_commit(vec![], TimeStamp::zero());
                         if let Some(won) = prewrite_won(storage.prewrite(prewrite)) {
-                            assert!(won.min_commit_ts > start_ts);
+                            let min_commit_ts = won.min_commit_ts.unwrap_or_default();
+                            assert!(min_commit_ts > start_ts);
                             storage
-                                .commit(vec![key(k)], start_ts, won.min_commit_ts)
+                                .commit(vec![key(k)], start_ts, min_commit_ts)
                                 .unwrap();
                             break;
                         }
@@ -565,7 +566,8 @@ fn write_failure_releases_latches_and_memory_locks<E: Engine>(f: EngineFixture<E
         f.txn().must_unlocked(&k);
         let min_commit_ts = answer(storage.sched_write(prewrite()))
             .unwrap()
-            .min_commit_ts;
+            .min_commit_ts
+            .unwrap_or_default();
         storage
             .commit(vec![key(&k)], ts(10), min_commit_ts)
             .unwrap();

@@ -57,7 +57,7 @@ pub use self::keyspace::{
 };
 pub use self::observe::{ACK_KEYSPACE, ObserverMetrics, Watch, WorkerConfig, Workers};
 pub use self::pessimistic::PessimisticTransaction;
-pub use self::plan::{CommitPlan, PlanLimits, PrewriteShape};
+pub use self::plan::{CommitPlan, Decision, PlanLimits, PrewriteShape, decide};
 pub use self::raw::{RawClient, RawScanIter};
 pub use self::scan::{FIRST_BATCH, Keys, MAX_BATCH, Scan};
 #[cfg(any(test, feature = "sim"))]

@@ -57,7 +57,7 @@ fn a_failed_write_answers_the_error_and_releases_latches_and_memory_locks() {
     // Nothing was written, and the same request now succeeds.
     assert_eq!(storage.get(key("k"), ts(100)).unwrap(), None);
     let result = storage.prewrite(async_put).unwrap();
-    assert_eq!(result.min_commit_ts, ts(101), "above the get at 100");
+    assert_eq!(result.min_commit_ts, Some(ts(101)), "above the get at 100");
     storage.commit(vec![key("k")], ts(10), ts(101)).unwrap();
     assert_eq!(storage.get(key("k"), ts(101)).unwrap(), Some(b"v".to_vec()));
 }
