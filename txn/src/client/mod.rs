@@ -451,7 +451,7 @@ impl<E: Engine> Client<E> {
     /// Such a client writes: over an engine opened read-only
     /// ([`RocksEngine::open_read_only`]) a commit, or a read that must roll
     /// a lock forward or back, fails with the engine's `ReadOnly` error (in
-    /// [`Error::WriteFailed`]). [`Client::open_read_only`] is the client
+    /// [`Error::Engine`]). [`Client::open_read_only`] is the client
     /// that knows it reads only: it refuses writes up front and reports a
     /// lock as `KeyIsLocked` instead of resolving it.
     pub fn new(
@@ -823,7 +823,7 @@ impl Deadline {
         let waited = started.elapsed();
         if waited > self.timeout {
             return Err(Error::ResolveLockTimeout {
-                key: key.to_vec(),
+                key: Key::from_raw(key),
                 lock_ts: lock.lock_version,
                 primary: lock.primary_lock.clone(),
                 waited,

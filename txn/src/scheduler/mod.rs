@@ -471,7 +471,7 @@ impl<E: Engine> Inner<E> {
                 let result = self
                     .engine
                     .write(&finish.batch, options)
-                    .map_err(|e| Error::WriteFailed(Arc::new(e)));
+                    .map_err(Error::from);
                 self.complete(cid, &lock, finish, result);
             }
         }
@@ -550,7 +550,7 @@ fn group_commit_loop<E: Engine>(
         };
         let result = result.map_err(Arc::new);
         for Written { cid, lock, finish } in group {
-            let result = result.clone().map_err(Error::WriteFailed);
+            let result = result.clone().map_err(Error::Engine);
             inner.complete(cid, &lock, finish, result);
         }
     }
