@@ -57,6 +57,8 @@ pub use self::keyspace::{
 };
 pub use self::observe::{ACK_KEYSPACE, ObserverMetrics, Watch, WorkerConfig, Workers};
 pub use self::pessimistic::PessimisticTransaction;
+// The commit's layout and protocol rule, for the simulator's model of it.
+#[cfg(any(test, feature = "sim"))]
 pub use self::plan::{CommitPlan, Decision, PlanLimits, PrewriteShape, decide};
 pub use self::raw::{RawClient, RawScanIter};
 pub use self::scan::{FIRST_BATCH, Keys, MAX_BATCH, Scan};

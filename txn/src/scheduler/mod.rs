@@ -4,7 +4,7 @@
 //!
 //! 1. **Submit**: refused with [`Error::SchedTooBusy`] if the scheduler
 //!    already holds `max_pending` commands; otherwise it gets an id and its
-//!    latches ([`latches`]) are generated from its keys.
+//!    latches (`latches.rs`) are generated from its keys.
 //! 2. **Latches**: if every latch is free it goes to the worker pool at
 //!    once; otherwise it waits, and the command releasing the latch ahead
 //!    of it wakes it (arrival order per key).
@@ -24,7 +24,7 @@
 //!
 //! Read commands take no latches: they run on a worker over a snapshot.
 
-pub mod latches;
+pub(crate) mod latches;
 mod pending;
 
 use std::collections::HashMap;
@@ -395,6 +395,10 @@ impl<E: Engine> Inner<E> {
         if !this.latches.acquire(&mut task.lock, cid) {
             return None;
         }
+        debug_assert!(
+            task.lock.acquired(),
+            "a command runs only holding every latch"
+        );
         Some(tasks.remove(&cid).expect("present above"))
     }
 
