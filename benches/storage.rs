@@ -125,7 +125,12 @@ impl Region {
         let prewrite = self
             .prewrite(start_ts, &keys)
             .async_commit(secondaries, TimeStamp::zero());
-        let commit_ts = self.storage.prewrite(prewrite).unwrap().min_commit_ts;
+        let commit_ts = self
+            .storage
+            .prewrite(prewrite)
+            .unwrap()
+            .min_commit_ts
+            .unwrap_or_default();
         assert!(!commit_ts.is_zero());
         background.push(self.storage.sched_write(Commit {
             keys,
@@ -138,7 +143,7 @@ impl Region {
         let (start_ts, keys) = self.keys(4);
         let prewrite = self.prewrite(start_ts, &keys).one_pc(TimeStamp::zero());
         let result = self.storage.prewrite(prewrite).unwrap();
-        assert!(!result.one_pc_commit_ts.is_zero());
+        assert!(result.one_pc_commit_ts.is_some());
     }
 
     /// `n` transactions of one protocol, then waits for their background

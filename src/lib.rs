@@ -1,23 +1,10 @@
 //! percolate: an embeddable, Percolator-style transactional key-value engine
 //! over RocksDB, with TiKV's on-disk format.
 //!
-//! The crate ties three layers together:
-//!
-//! * [`engine`]: the storage engine (RocksDB by default, an in-memory one for
-//!   tests) with atomic write batches across the `default`, `lock` and
-//!   `write` column families;
-//! * [`mvcc`]: TiKV's byte format for keys, locks and commit records, and the
-//!   readers that give snapshot isolation over them;
-//! * [`txn`]: Percolator transactions: actions, commands, the scheduler,
-//!   `Storage` (one region's command API), regions, the timestamp oracle
-//!   and the client.
-//!
-//! The types an embedding program needs most are re-exported here:
-//! [`Client`] (open a directory, begin transactions) and [`Transaction`].
-//!
-//! # Example
-//!
-//! Transactions on RocksDB in a data directory:
+//! Open a data directory with a [`Client`], begin [`Transaction`]s from any
+//! number of threads, and commit them: snapshot isolation, conflicts
+//! reported as retryable [`Error`]s, crashes left for the next reader to
+//! resolve.
 //!
 //! ```
 //! use percolate::Client;
@@ -45,35 +32,42 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Underneath, a committed write is TiKV's records: the commit record of a
-//! short value carries the value itself.
+//! # Two levels of API
 //!
-//! ```
-//! use percolate::engine::{Engine, RocksEngine, WriteOptions};
-//! use percolate::mvcc::{Key, MvccTxn, PointGetterBuilder, TimeStamp, Write, WriteType};
+//! * **The client** (the items at the top of this crate): [`Client`],
+//!   [`Transaction`] and [`PessimisticTransaction`], [`Snapshot`] reads,
+//!   [`RawClient`], and their options ([`ClientConfig`], [`OpenOptions`],
+//!   [`CommitOptions`]). It runs the commit protocol (1PC, async commit or
+//!   2PC) and resolves the locks it meets.
+//! * **The storage** ([`storage`]): TiKV's command API of one region, for a
+//!   program that brings its own coordinator, as TiDB does for TiKV:
+//!   `Prewrite`, `Commit`, `CheckTxnStatus`, `ResolveLock` and the rest, on
+//!   keys and timestamps the caller chooses.
 //!
-//! let engine = RocksEngine::open_temporary()?;
-//! let key = Key::from_raw(b"greeting");
-//! let (start_ts, commit_ts) = (TimeStamp::new(10), TimeStamp::new(11));
-//!
-//! let mut txn = MvccTxn::new(start_ts);
-//! let record = Write::new(WriteType::Put, start_ts, Some(b"hello".to_vec()));
-//! txn.put_write(key.clone(), commit_ts, &record);
-//! engine.write(&txn.into_write_batch(), WriteOptions::durable())?;
-//!
-//! let get = |ts| PointGetterBuilder::new(engine.snapshot(), ts).build().get(&key);
-//! assert_eq!(get(start_ts)?, None);
-//! assert_eq!(get(commit_ts)?.as_deref(), Some(&b"hello"[..]));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! Underneath are three crates, each documented on its own:
+//! `percolate-engine` (RocksDB and an in-memory engine), `percolate-mvcc`
+//! (TiKV's byte format for keys, locks and commit records) and
+//! `percolate-txn` (actions, commands, scheduler, regions, oracle, client).
 
-pub use percolate_engine as engine;
-pub use percolate_engine::Durability;
-pub use percolate_mvcc as mvcc;
-pub use percolate_txn as txn;
+pub mod storage;
+
+pub use percolate_engine::{Durability, Engine, MemoryEngine, RocksEngine, RocksOptions};
+pub use percolate_mvcc::{Key, TimeStamp};
+pub use percolate_txn::client::observe;
 pub use percolate_txn::client::{
     AutoGcConfig, Client, ClientConfig, CommitInfo, CommitOptions, CommitProtocol, Keys, Keyspace,
     ObserverMetrics, OpenOptions, ParallelPrewrite, PessimisticTransaction, RawClient, RawScanIter,
     Scan, SecondaryCommits, Snapshot, Transaction, TxnError, Watch, WorkerConfig, Workers,
 };
-pub use percolate_txn::{Error, Result};
+pub use percolate_txn::{Error, Limit, Result};
+
+// The layers whole, for the tests, benchmarks and tools of this workspace.
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+pub use percolate_engine as engine;
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+pub use percolate_mvcc as mvcc;
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+pub use percolate_txn as txn;

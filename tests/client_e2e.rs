@@ -836,7 +836,11 @@ fn a_client_dead_after_a_complete_async_commit_prewrite_counts_as_committed() {
     commit(client, &[("a", "a-old"), ("h", "h-old"), ("q", "q-old")]);
     let (start_ts, results) = dead_client_prewrite(client, &["a", "h", "q"], Some(&["h", "q"]));
     // What the client would have reported as its commit_ts.
-    let commit_ts = results.iter().map(|r| r.min_commit_ts).max().unwrap();
+    let commit_ts = results
+        .iter()
+        .map(|r| r.min_commit_ts.unwrap_or_default())
+        .max()
+        .unwrap();
     assert!(commit_ts > start_ts);
     s.advance(1_000);
 

@@ -489,7 +489,7 @@ fn engine_write_failures_fail_commits_and_leave_nothing_half_done() {
             txn.put(k.as_bytes(), b"new".to_vec());
         }
         let err = txn.commit().unwrap_err();
-        assert!(matches!(err, Error::WriteFailed(_)), "{err:?}");
+        assert!(matches!(err, Error::Engine(_)), "{err:?}");
         engine.fail_next_writes(0);
         // Unlocks of the prewrites that succeeded ran, or may themselves
         // have failed: then the locks expire.

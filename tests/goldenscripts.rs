@@ -231,15 +231,14 @@ impl<E: Engine> Runner<E> {
             .map_err(|e| e.to_string())?;
         let mut out = String::new();
         for lock in &result.locks {
-            out.push_str(&format!("locked: {lock}\n"));
+            // As the error a single locked key is answered with.
+            let locked = percolate::mvcc::Error::KeyIsLocked(Box::new(lock.clone()));
+            out.push_str(&format!("locked: {locked}\n"));
         }
-        if !result.min_commit_ts.is_zero() {
-            out.push_str(&format!("ok: min_commit_ts={}\n", result.min_commit_ts));
-        } else if !result.one_pc_commit_ts.is_zero() {
-            out.push_str(&format!(
-                "ok: committed by 1PC at {}\n",
-                result.one_pc_commit_ts
-            ));
+        if let Some(min_commit_ts) = result.min_commit_ts {
+            out.push_str(&format!("ok: min_commit_ts={min_commit_ts}\n"));
+        } else if let Some(commit_ts) = result.one_pc_commit_ts {
+            out.push_str(&format!("ok: committed by 1PC at {commit_ts}\n"));
         } else if result.locks.is_empty() {
             out.push_str("ok\n");
         }

@@ -246,7 +246,7 @@ fn die(s: &Shared, n: u64, death: Death, rng: &mut StdRng) -> (usize, bool) {
         }
         let storage = client.cluster().regions()[region].storage();
         match storage.prewrite(prewrite) {
-            Ok(r) if r.locks.is_empty() && (!is_async || !r.min_commit_ts.is_zero()) => {}
+            Ok(r) if r.locks.is_empty() && (!is_async || r.min_commit_ts.is_some()) => {}
             _ => {
                 all_ok = false; // conflict or lock: the client dies here
                 break;

@@ -324,7 +324,7 @@ fn a_failed_run_keeps_its_notification_until_a_run_succeeds<E: Engine>(client: &
     let err = workers(client).run_until_idle().unwrap_err();
     match &err {
         Error::Observer { name, key, source } => {
-            assert_eq!((name.as_str(), key.as_slice()), ("flaky", &b"doc/1"[..]));
+            assert_eq!((name.as_str(), key), ("flaky", &Key::from_raw(b"doc/1")));
             assert!(matches!(**source, Error::InvalidRequest { .. }));
         }
         other => panic!("{other:?}"),

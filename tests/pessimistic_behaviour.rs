@@ -532,7 +532,7 @@ fn pessimistic_async_commit_and_one_pc<E: Engine>(f: TxnFixture<E>) {
         vec![pessimistic_put(b"a", b"v", DoPessimisticCheck)],
         Some(&[]),
     );
-    assert_eq!(result.min_commit_ts, ts(41));
+    assert_eq!(result.min_commit_ts, Some(ts(41)));
     assert!(f.must_locked(b"a", 10).use_async_commit);
 
     f.must_acquire_pessimistic_lock(b"x", b"x", 50, 55);
@@ -546,7 +546,7 @@ fn pessimistic_async_commit_and_one_pc<E: Engine>(f: TxnFixture<E>) {
         ],
         None,
     );
-    assert_eq!(result.one_pc_commit_ts, ts(61));
+    assert_eq!(result.one_pc_commit_ts, Some(ts(61)));
     for (k, v) in [(&b"x"[..], &b"vx"[..]), (b"y", b"vy")] {
         f.must_unlocked(k);
         f.must_written(k, 50, 61, WriteType::Put);
@@ -561,14 +561,14 @@ fn retried_skip_pessimistic_check_prewrite_finds_its_commit<E: Engine>(f: TxnFix
     let props = pessimistic_computing(one_pc, 5, b"k", 5, 5);
     let request = || vec![pessimistic_put(b"k", b"v", SkipPessimisticCheck)];
     let result = f.must_prewrite_mutations(&props, request(), None);
-    assert_eq!(result.one_pc_commit_ts, ts(6));
+    assert_eq!(result.one_pc_commit_ts, Some(ts(6)));
     let retry = TransactionProperties {
         is_retry_request: true,
         max_ts: ts(100),
         ..props
     };
     let again = f.assert_unchanged(|| f.must_prewrite_mutations(&retry, request(), None));
-    assert_eq!(again.one_pc_commit_ts, ts(6));
+    assert_eq!(again.one_pc_commit_ts, Some(ts(6)));
     assert_eq!(f.writes(b"k").len(), 1);
 }
 

@@ -341,13 +341,16 @@ fn i1_min_commit_ts_from_max_ts_secondaries_on_primary_only<E: Engine>(f: Storag
         Prewrite::new(vec![put(k, b"v")], b"key", ts(2))
             .async_commit(secondaries.clone(), TimeStamp::zero())
     };
-    assert_eq!(f.must_prewrite(request(b"key")).min_commit_ts, ts(43));
+    assert_eq!(f.must_prewrite(request(b"key")).min_commit_ts, Some(ts(43)));
     let lock = f.txn.must_locked(b"key", 2);
     assert!(lock.use_async_commit);
     assert_eq!(lock.secondaries, secondaries);
     assert_eq!(lock.min_commit_ts, ts(43));
     for secondary in &secondaries {
-        assert_eq!(f.must_prewrite(request(secondary)).min_commit_ts, ts(43));
+        assert_eq!(
+            f.must_prewrite(request(secondary)).min_commit_ts,
+            Some(ts(43))
+        );
         let lock = f.txn.must_locked(secondary, 2);
         assert!(lock.use_async_commit);
         assert!(lock.secondaries.is_empty());
@@ -357,7 +360,7 @@ fn i1_min_commit_ts_from_max_ts_secondaries_on_primary_only<E: Engine>(f: Storag
     // and writes nothing.
     f.read_at(100);
     let again = f.txn.assert_unchanged(|| f.must_prewrite(request(b"key")));
-    assert_eq!(again.min_commit_ts, ts(43));
+    assert_eq!(again.min_commit_ts, Some(ts(43)));
     f.must_have_no_memory_lock(&[b"key", b"key1", b"key2", b"key3"]);
 }
 
@@ -372,18 +375,24 @@ fn i2_min_commit_ts_formula<E: Engine>(f: StorageFixture<E>) {
         Prewrite::new(vec![put(k, b"v")], k, ts(s)).async_commit(vec![], TimeStamp::zero())
     };
     // start_ts dominates max_ts.
-    assert_eq!(f.must_prewrite(async_put(b"a", 44)).min_commit_ts, ts(45));
+    assert_eq!(
+        f.must_prewrite(async_put(b"a", 44)).min_commit_ts,
+        Some(ts(45))
+    );
     // The request's min_commit_ts dominates both.
     let min = async_put(b"b", 10).min_commit_ts(ts(46));
-    assert_eq!(f.must_prewrite(min).min_commit_ts, ts(46));
+    assert_eq!(f.must_prewrite(min).min_commit_ts, Some(ts(46)));
     // max_ts dominates a small start_ts; and a prewrite is not a read.
     assert_eq!(f.max_ts(), ts(41));
-    assert_eq!(f.must_prewrite(async_put(b"c", 10)).min_commit_ts, ts(42));
+    assert_eq!(
+        f.must_prewrite(async_put(b"c", 10)).min_commit_ts,
+        Some(ts(42))
+    );
     // The response is the maximum over the request's keys.
     let both = Prewrite::new(vec![put(b"d", b"v"), put(b"e", b"v")], b"d", ts(12))
         .async_commit(vec![b"e".to_vec()], TimeStamp::zero())
         .min_commit_ts(ts(50));
-    assert_eq!(f.must_prewrite(both).min_commit_ts, ts(50));
+    assert_eq!(f.must_prewrite(both).min_commit_ts, Some(ts(50)));
     assert_eq!(f.txn.must_locked(b"e", 12).min_commit_ts, ts(50));
 }
 
@@ -440,7 +449,7 @@ fn i2_min_commit_ts_above_for_update_ts<E: Engine>(f: StorageFixture<E>) {
         .unwrap();
     let prewrite = pessimistic_prewrite(vec![(put(b"k", b"v"), DoPessimisticCheck)], b"k", 44, 45)
         .async_commit(vec![], TimeStamp::zero());
-    assert_eq!(f.must_prewrite(prewrite).min_commit_ts, ts(46));
+    assert_eq!(f.must_prewrite(prewrite).min_commit_ts, Some(ts(46)));
 }
 
 /// I4: a pessimistic lock whose min_commit_ts was pushed to 100 dominates
@@ -452,7 +461,7 @@ fn i4_pushed_pessimistic_lock_dominates<E: Engine>(f: StorageFixture<E>) {
     f.storage.acquire_pessimistic_lock(request).unwrap();
     let prewrite = pessimistic_prewrite(vec![(put(b"k", b"v"), DoPessimisticCheck)], b"k", 2, 4)
         .async_commit(vec![], TimeStamp::zero());
-    assert_eq!(f.must_prewrite(prewrite).min_commit_ts, ts(100));
+    assert_eq!(f.must_prewrite(prewrite).min_commit_ts, Some(ts(100)));
     assert_eq!(f.txn.must_locked(b"k", 2).min_commit_ts, ts(100));
 }
 
@@ -470,7 +479,7 @@ fn i5_pessimistic_fallback_when_commit_ts_exceeds_max_commit_ts<E: Engine>(f: St
     };
     for _ in 0..2 {
         let result = f.must_prewrite(request());
-        assert_eq!(result.min_commit_ts, TimeStamp::zero());
+        assert_eq!(result.min_commit_ts, None);
         for k in [&b"k1"[..], b"k2"] {
             let lock = f.txn.must_locked(k, 20);
             assert_eq!(lock.lock_type, LockType::Put);
@@ -509,7 +518,7 @@ fn i11_rollback_before_prewrite_pushes_the_commit_ts<E: Engine>(f: StorageFixtur
     let t1 = k1_k2_pessimistic_prewrite([DoPessimisticCheck, SkipPessimisticCheck], 1, 3)
         .async_commit(vec![b"k2".to_vec()], TimeStamp::zero());
     let result = f.must_prewrite(t1);
-    assert!(result.min_commit_ts > ts(10), "{result:?}");
+    assert!(result.min_commit_ts > Some(ts(10)), "{result:?}");
     match f
         .storage
         .check_secondary_locks(vec![key(b"k1"), key(b"k2")], ts(1))
@@ -537,15 +546,15 @@ fn i5_fallback_when_commit_ts_exceeds_max_commit_ts<E: Engine>(f: StorageFixture
             .async_commit(vec![b"k2".to_vec()], ts(40))
     };
     let result = f.must_prewrite(request());
-    assert_eq!(result.min_commit_ts, TimeStamp::zero());
-    assert_eq!(result.one_pc_commit_ts, TimeStamp::zero());
+    assert_eq!(result.min_commit_ts, None);
+    assert_eq!(result.one_pc_commit_ts, None);
     for k in [&b"k1"[..], b"k2"] {
         let lock = f.txn.must_locked(k, 20);
         assert!(!lock.use_async_commit, "{lock:?}");
         assert!(lock.secondaries.is_empty(), "{lock:?}");
     }
     let again = f.txn.assert_unchanged(|| f.must_prewrite(request()));
-    assert_eq!(again.min_commit_ts, TimeStamp::zero());
+    assert_eq!(again.min_commit_ts, None);
     // A fallen-back transaction publishes no memory lock and commits as 2PC.
     f.must_have_no_memory_lock(&[b"k1", b"k2"]);
     f.storage
@@ -618,7 +627,7 @@ fn i7_prewrite_in_flight_blocks_reads<E: Engine>(f: StorageFixture<E>) {
     assert!(!prewrite.is_ready());
 
     release.send(()).unwrap();
-    let min_commit_ts = prewrite.wait().unwrap().min_commit_ts;
+    let min_commit_ts = prewrite.wait().unwrap().min_commit_ts.unwrap_or_default();
     // max_ts was 2 when the prewrite read it; the read at 100 came later
     // and was blocked, so it cannot be missed by a commit at 11.
     assert_eq!(min_commit_ts, ts(11));
@@ -642,9 +651,13 @@ fn i8_reads_bound_future_commit_ts<E: Engine>(f: StorageFixture<E>) {
     let result = f.must_prewrite(
         Prewrite::new(vec![put(b"k", b"v")], b"k", ts(20)).async_commit(vec![], ts(0)),
     );
-    assert_eq!(result.min_commit_ts, ts(51));
+    assert_eq!(result.min_commit_ts, Some(ts(51)));
     f.storage
-        .commit(vec![key(b"k")], ts(20), result.min_commit_ts)
+        .commit(
+            vec![key(b"k")],
+            ts(20),
+            result.min_commit_ts.unwrap_or_default(),
+        )
         .unwrap();
     f.must_get_none(b"k", 50);
     f.must_get(b"k", 51, b"v");
@@ -662,7 +675,7 @@ fn k_one_pc_commits_without_locks<E: Engine>(f: StorageFixture<E>) {
         Prewrite::new(vec![put(b"k1", b"v1"), put(b"k2", b"v2")], b"k1", ts(10))
             .one_pc(TimeStamp::zero()),
     );
-    assert_eq!(result.one_pc_commit_ts, ts(21));
+    assert_eq!(result.one_pc_commit_ts, Some(ts(21)));
     for (k, v) in [(&b"k1"[..], &b"v1"[..]), (b"k2", b"v2")] {
         f.txn.must_unlocked(k);
         f.txn.must_written(k, 10, 21, WriteType::Put);
@@ -681,13 +694,13 @@ fn k3_one_pc_fallback<E: Engine>(f: StorageFixture<E>) {
     f.read_at(50);
     let request = || Prewrite::new(vec![put(b"k", b"v")], b"k", ts(20)).one_pc(ts(30));
     let result = f.must_prewrite(request());
-    assert_eq!(result.one_pc_commit_ts, TimeStamp::zero());
-    assert_eq!(result.min_commit_ts, TimeStamp::zero());
+    assert_eq!(result.one_pc_commit_ts, None);
+    assert_eq!(result.min_commit_ts, None);
     let lock = f.txn.must_locked(b"k", 20);
     assert!(!lock.use_one_pc && !lock.use_async_commit, "{lock:?}");
     assert!(f.txn.writes(b"k").is_empty());
     let again = f.txn.assert_unchanged(|| f.must_prewrite(request()));
-    assert_eq!(again.one_pc_commit_ts, TimeStamp::zero());
+    assert_eq!(again.one_pc_commit_ts, None);
     f.must_have_no_memory_lock(&[b"k"]);
     // The client goes on with 2PC.
     f.storage.commit(vec![key(b"k")], ts(20), ts(60)).unwrap();
@@ -718,7 +731,7 @@ fn k2_pessimistic_one_pc<E: Engine>(f: StorageFixture<E>) {
         .unwrap();
     let request = k1_k2_pessimistic_prewrite([DoPessimisticCheck, SkipPessimisticCheck], 8, 12)
         .one_pc(ts(15));
-    assert_eq!(f.must_prewrite(request).one_pc_commit_ts, ts(13));
+    assert_eq!(f.must_prewrite(request).one_pc_commit_ts, Some(ts(13)));
     for (k, v) in [(&b"k1"[..], &b"v1"[..]), (b"k2", b"v2")] {
         f.txn.must_unlocked(k);
         f.txn.must_written(k, 8, 13, WriteType::Put);
@@ -756,7 +769,7 @@ fn repeated_one_pc_commit_ts<E: Engine>(
     f.read_at(100);
     let again = f.txn.assert_unchanged(|| f.must_prewrite(request()));
     assert_eq!(again.one_pc_commit_ts, c);
-    c
+    c.unwrap_or_default()
 }
 
 /// K6: a cleanup of s=30 on the empty key k writes a protected rollback
@@ -770,7 +783,7 @@ fn k6_one_pc_commits_above_a_cleanup<E: Engine>(f: StorageFixture<E>) {
     f.txn.must_get_rollback(b"k", 30, true);
     // A 1PC from an older start_ts commits above the rollback's ts ...
     let other = f.must_prewrite(Prewrite::new(vec![put(b"j", b"v")], b"j", ts(10)).one_pc(ts(0)));
-    assert_eq!(other.one_pc_commit_ts, ts(31));
+    assert_eq!(other.one_pc_commit_ts, Some(ts(31)));
     // ... and on k itself the newer rollback is a conflict, not a record to
     // overwrite.
     let err = f
@@ -779,10 +792,14 @@ fn k6_one_pc_commits_above_a_cleanup<E: Engine>(f: StorageFixture<E>) {
         .unwrap_err();
     assert!(err.is_conflict(), "{err:?}");
     let late = f.must_prewrite(Prewrite::new(vec![put(b"k", b"v")], b"k", ts(35)).one_pc(ts(0)));
-    assert!(late.one_pc_commit_ts > ts(30));
+    assert!(late.one_pc_commit_ts > Some(ts(30)));
     f.txn.must_get_rollback(b"k", 30, true);
     f.must_get_none(b"k", 30);
-    f.must_get(b"k", late.one_pc_commit_ts.into_inner(), b"v");
+    f.must_get(
+        b"k",
+        late.one_pc_commit_ts.unwrap_or_default().into_inner(),
+        b"v",
+    );
 }
 
 // ---------------------------------------------------------------- group N
@@ -1101,7 +1118,7 @@ fn o2_c13_existence_checks_are_linearizable<E: Engine>(f: StorageFixture<E>) {
     // The delete's commit_ts comes from max_ts (1PC).
     let delete = f
         .must_prewrite(Prewrite::new(vec![Mutation::delete(key(b"k"))], b"k", ts(8)).one_pc(ts(0)));
-    assert_eq!(delete.one_pc_commit_ts, ts(16));
+    assert_eq!(delete.one_pc_commit_ts, Some(ts(16)));
     let err = f.storage.prewrite(pcne(10)).unwrap_err();
     assert!(err.is_conflict(), "{err:?}");
     f.txn.must_unlocked(b"k");
@@ -1152,7 +1169,7 @@ fn g15_check_txn_status_pushes_max_ts<E: Engine>(f: StorageFixture<E>) {
     assert_eq!(f.max_ts(), ts(500), "a MAX current_ts is left out");
     // A later 1PC commit lands above every timestamp the checks carried.
     let one_pc = f.must_prewrite(Prewrite::new(vec![put(b"c", b"v")], b"c", ts(440)).one_pc(ts(0)));
-    assert_eq!(one_pc.one_pc_commit_ts, ts(501));
+    assert_eq!(one_pc.one_pc_commit_ts, Some(ts(501)));
 }
 
 /// §3.9: a ScanLock for the locks of transactions started at or before 100
@@ -1169,9 +1186,9 @@ fn s3_9_scan_lock_bounds_later_async_commits<E: Engine>(f: StorageFixture<E>) {
     let async_commit = f.must_prewrite(
         Prewrite::new(vec![put(b"b", b"v")], b"b", ts(10)).async_commit(vec![], ts(0)),
     );
-    assert_eq!(async_commit.min_commit_ts, ts(101));
+    assert_eq!(async_commit.min_commit_ts, Some(ts(101)));
     let one_pc = f.must_prewrite(Prewrite::new(vec![put(b"c", b"v")], b"c", ts(10)).one_pc(ts(0)));
-    assert_eq!(one_pc.one_pc_commit_ts, ts(101));
+    assert_eq!(one_pc.one_pc_commit_ts, Some(ts(101)));
     f.must_get_none(b"c", 100);
 }
 

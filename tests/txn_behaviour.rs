@@ -247,9 +247,9 @@ fn c3_stale_prewrite_after_own_commit<E: Engine>(f: TxnFixture<E>) {
         f.assert_unchanged(|| f.must_prewrite_mutations(props, vec![put(b"k", b"v")], None))
     };
     let r = retry(&props::<E>(b"k", 5));
-    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (ts(0), ts(0)));
+    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (None, None));
     let r = retry(&TxnFixture::<E>::async_props(b"k", 5, 0, 0));
-    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (ts(10), ts(0)));
+    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (Some(ts(10)), None));
     f.must_unlocked(b"k");
     assert_eq!(f.writes(b"k").len(), 1);
     f.must_written(b"k", 5, 10, WriteType::Put);
@@ -258,10 +258,10 @@ fn c3_stale_prewrite_after_own_commit<E: Engine>(f: TxnFixture<E>) {
     // max_ts moved on, answers 31 again.
     let one_pc = TxnFixture::<E>::one_pc_props(b"one", 20, 30, 0);
     let r = f.must_prewrite_mutations(&one_pc, vec![put(b"one", b"v")], None);
-    assert_eq!(r.one_pc_commit_ts, ts(31));
+    assert_eq!(r.one_pc_commit_ts, Some(ts(31)));
     let later = TxnFixture::<E>::one_pc_props(b"one", 20, 50, 0);
     let r = f.assert_unchanged(|| f.must_prewrite_mutations(&later, vec![put(b"one", b"v")], None));
-    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (ts(0), ts(31)));
+    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (None, Some(ts(31))));
     f.must_unlocked(b"one");
     assert_eq!(f.writes(b"one").len(), 1);
 }
@@ -365,7 +365,7 @@ fn c12_check_not_exists<E: Engine>(f: TxnFixture<E>) {
         let r = f.assert_unchanged(|| {
             f.must_prewrite_mutations(&props, vec![check_not_exists(b"a")], None)
         });
-        let commit_ts = r.min_commit_ts.max(r.one_pc_commit_ts);
+        let commit_ts = r.min_commit_ts.max(r.one_pc_commit_ts).unwrap_or_default();
         assert!(
             ts(10) < commit_ts && commit_ts < ts(41),
             "{:?}: {r:?}",
@@ -395,12 +395,12 @@ fn c15_retried_prewrite_of_committed_txn_meets_newer_lock<E: Engine>(f: TxnFixtu
         ..TxnFixture::<E>::async_props(b"k1", 5, 0, 0)
     };
     let r = f.must_prewrite_mutations(&props, vec![put(b"k1", b"v1")], Some(&[]));
-    assert_eq!(r.min_commit_ts, ts(10));
+    assert_eq!(r.min_commit_ts, Some(ts(10)));
     f.must_commit(b"k1", 5, 15);
     f.must_prewrite_put(b"k1", b"v2", b"k1", 20);
     let r = f
         .assert_unchanged(|| f.must_prewrite_mutations(&props, vec![put(b"k1", b"v1")], Some(&[])));
-    assert_eq!(r.min_commit_ts, ts(15));
+    assert_eq!(r.min_commit_ts, Some(ts(15)));
     f.must_locked(b"k1", 20);
 }
 
@@ -740,7 +740,7 @@ fn f9_protected_rollback_marks_an_async_lock<E: Engine>(f: TxnFixture<E>) {
         ..Default::default()
     };
     let min = f.must_prewrite_put_async(b"below", b"v", b"below", Some(&[]), below);
-    assert_eq!(min, ts(61));
+    assert_eq!(min, Some(ts(61)));
     f.must_cleanup(b"below", 59, 0);
     f.must_get_rollback(b"below", 59, true);
     assert!(f.must_locked(b"below", 60).rollback_ts.is_empty());
@@ -1157,7 +1157,7 @@ fn i1_async_min_commit_ts_from_max_ts<E: Engine>(f: TxnFixture<E>) {
     };
     let props = TxnFixture::<E>::async_props(b"key", 2, 42, 0);
     let r = f.must_prewrite_mutations(&props, mutations(), Some(&secondaries));
-    assert_eq!(r.min_commit_ts, ts(43));
+    assert_eq!(r.min_commit_ts, Some(ts(43)));
     let primary = f.must_locked(b"key", 2);
     assert!(primary.use_async_commit);
     assert_eq!(primary.secondaries, secondaries);
@@ -1171,7 +1171,7 @@ fn i1_async_min_commit_ts_from_max_ts<E: Engine>(f: TxnFixture<E>) {
     let later = TxnFixture::<E>::async_props(b"key", 2, 100, 0);
     let r =
         f.assert_unchanged(|| f.must_prewrite_mutations(&later, mutations(), Some(&secondaries)));
-    assert_eq!(r.min_commit_ts, ts(43));
+    assert_eq!(r.min_commit_ts, Some(ts(43)));
 }
 
 /// I2: min_commit_ts = max(max_ts + 1, start_ts + 1, request min_commit_ts)
@@ -1186,16 +1186,16 @@ fn i2_min_commit_ts_formula<E: Engine>(f: TxnFixture<E>) {
         f.must_prewrite_mutations(&props, vec![put(k, b"v")], Some(&[]))
             .min_commit_ts
     };
-    assert_eq!(async_put(b"start", 44, 41, 0), ts(45));
-    assert_eq!(async_put(b"max_ts", 30, 41, 0), ts(42));
-    assert_eq!(async_put(b"request", 30, 41, 46), ts(46));
+    assert_eq!(async_put(b"start", 44, 41, 0), Some(ts(45)));
+    assert_eq!(async_put(b"max_ts", 30, 41, 0), Some(ts(42)));
+    assert_eq!(async_put(b"request", 30, 41, 46), Some(ts(46)));
 
     // d was prewritten with max_ts 0 (min 61); the request {d, e} comes
     // with max_ts 70: d answers 61 from its lock, e 71.
-    assert_eq!(async_put(b"d", 60, 0, 0), ts(61));
+    assert_eq!(async_put(b"d", 60, 0, 0), Some(ts(61)));
     let props = TxnFixture::<E>::async_props(b"d", 60, 70, 0);
     let r = f.must_prewrite_mutations(&props, vec![put(b"d", b"v"), put(b"e", b"v")], Some(&[]));
-    assert_eq!(r.min_commit_ts, ts(71));
+    assert_eq!(r.min_commit_ts, Some(ts(71)));
     assert_eq!(f.must_locked(b"d", 60).min_commit_ts, ts(61));
     assert_eq!(f.must_locked(b"e", 60).min_commit_ts, ts(71));
 }
@@ -1211,7 +1211,7 @@ fn i5_async_fallback_above_max_commit_ts<E: Engine>(f: TxnFixture<E>) {
     let secondaries = [b"k2".to_vec()];
     let mutations = || vec![put(b"k1", b"v1"), put(b"k2", b"v2")];
     let r = f.must_prewrite_mutations(&props, mutations(), Some(&secondaries));
-    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (ts(0), ts(0)));
+    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (None, None));
     for k in [&b"k1"[..], b"k2"] {
         let lock = f.must_locked(k, 20);
         assert!(!lock.use_async_commit, "{lock:?}");
@@ -1219,7 +1219,7 @@ fn i5_async_fallback_above_max_commit_ts<E: Engine>(f: TxnFixture<E>) {
     }
     let r =
         f.assert_unchanged(|| f.must_prewrite_mutations(&props, mutations(), Some(&secondaries)));
-    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (ts(0), ts(0)));
+    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (None, None));
 }
 
 // ---------------------------------------------------------------- group K
@@ -1229,12 +1229,12 @@ fn i5_async_fallback_above_max_commit_ts<E: Engine>(f: TxnFixture<E>) {
 fn k3_one_pc_fallback<E: Engine>(f: TxnFixture<E>) {
     let props = TxnFixture::<E>::one_pc_props(b"k", 20, 50, 30);
     let r = f.must_prewrite_mutations(&props, vec![put(b"k", b"v")], None);
-    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (ts(0), ts(0)));
+    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (None, None));
     let lock = f.must_locked(b"k", 20);
     assert!(!lock.use_one_pc && !lock.use_async_commit, "{lock:?}");
     assert!(f.writes(b"k").is_empty());
     let r = f.assert_unchanged(|| f.must_prewrite_mutations(&props, vec![put(b"k", b"v")], None));
-    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (ts(0), ts(0)));
+    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (None, None));
     f.must_commit(b"k", 20, 60);
     f.must_get(b"k", 60, b"v");
 }
@@ -1246,14 +1246,14 @@ fn k5_repeated_one_pc_returns_original_commit_ts<E: Engine>(f: TxnFixture<E>) {
     let mutations = || vec![put(b"k1", b"v1"), put(b"k2", b"v2")];
     let props = TxnFixture::<E>::one_pc_props(b"k1", 5, 10, 0);
     let r = f.must_prewrite_mutations(&props, mutations(), None);
-    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (ts(0), ts(11)));
+    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (None, Some(ts(11))));
     for k in [&b"k1"[..], b"k2"] {
         f.must_unlocked(k);
         f.must_written(k, 5, 11, WriteType::Put);
     }
     let later = TxnFixture::<E>::one_pc_props(b"k1", 5, 100, 0);
     let r = f.assert_unchanged(|| f.must_prewrite_mutations(&later, mutations(), None));
-    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (ts(0), ts(11)));
+    assert_eq!((r.min_commit_ts, r.one_pc_commit_ts), (None, Some(ts(11))));
     f.must_get(b"k2", 11, b"v2");
 }
 
@@ -1395,7 +1395,7 @@ fn l3_resolve_async_lock_below_min_commit_ts<E: Engine>(f: TxnFixture<E>) {
     let secondaries = [b"k2".to_vec()];
     let mutations = vec![put(b"k1", b"v"), put(b"k2", b"v")];
     let r = f.must_prewrite_mutations(&props, mutations, Some(&secondaries));
-    assert_eq!(r.min_commit_ts, ts(21));
+    assert_eq!(r.min_commit_ts, Some(ts(21)));
     let err = f.assert_unchanged(|| {
         let snapshot = f.engine().snapshot();
         resolve_lock_batch(&snapshot, ts(10), ts(15), None, None, 0).unwrap_err()

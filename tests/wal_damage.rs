@@ -44,12 +44,7 @@ fn garble_the_middle_of(log: &Path) -> Vec<u8> {
 }
 
 fn is_corrupted_at_open(e: &Error) -> bool {
-    let engine = match e {
-        Error::Mvcc(percolate::mvcc::Error::Engine(engine)) => engine,
-        Error::WriteFailed(engine) => engine,
-        _ => return false,
-    };
-    matches!(engine, EngineError::CorruptedAtOpen { .. })
+    matches!(e.as_engine(), Some(EngineError::CorruptedAtOpen { .. }))
 }
 
 #[test]

@@ -24,8 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use percolate::engine::Engine;
-use percolate::{Client, Result, Transaction, Watch};
+use percolate::{Client, Engine, Result, Transaction, Watch};
 
 /// A vocabulary for documents: the example's and the benchmark's.
 pub const WORDS: &[&str] = &[

@@ -35,7 +35,9 @@ use percolate_mvcc::{Key, TimeStamp, WriteConflictReason};
 use percolate_txn::Error;
 use percolate_txn::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
 use percolate_txn::actions::prewrite::{Mutation, PrewriteResult};
-use percolate_txn::client::{CommitPlan, CommitProtocol, PlanLimits, PrewriteShape};
+use percolate_txn::client::{
+    CommitPlan, CommitProtocol, Decision, PlanLimits, PrewriteShape, decide,
+};
 use percolate_txn::commands::{
     AcquirePessimisticLock, Commit, PessimisticRollback, Prewrite, Unlock,
 };
@@ -76,13 +78,6 @@ pub(crate) enum Planned {
     GetForUpdate(Vec<u8>),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Protocol {
-    OnePc,
-    AsyncCommit,
-    TwoPc,
-}
-
 /// One prewrite command's mutations, for one region.
 struct Batch {
     region: usize,
@@ -94,7 +89,9 @@ struct Committer {
     primary: Vec<u8>,
     keys_by_region: Vec<(usize, Vec<Key>)>,
     batches: Vec<Batch>,
-    protocol: Protocol,
+    /// The protocol the prewrites ask for; the one the commit ends with is
+    /// [`decide`]d from their answers.
+    planned: CommitProtocol,
     key_count: usize,
     lock_ttl_ms: u64,
     secondaries: Vec<Vec<u8>>,
@@ -658,11 +655,7 @@ impl SimTxn {
             self.primary.clone(),
             limits,
         );
-        let protocol = match plan.protocol {
-            CommitProtocol::OnePc => Protocol::OnePc,
-            CommitProtocol::AsyncCommit => Protocol::AsyncCommit,
-            _ => Protocol::TwoPc,
-        };
+        let planned = plan.protocol;
         let batches: Vec<Batch> = plan
             .batches
             .into_iter()
@@ -678,14 +671,14 @@ impl SimTxn {
             primary,
             keys_by_region,
             batches,
-            protocol,
+            planned,
             key_count,
             lock_ttl_ms,
             secondaries,
             for_update_ts: self.primary.as_ref().map(|_| self.for_update_ts),
             results,
         });
-        if protocol != Protocol::OnePc && !self.heart_beating {
+        if planned != CommitProtocol::OnePc && !self.heart_beating {
             self.heart_beating = true;
             self.last_beat_ms = w.now_ms();
         }
@@ -694,7 +687,7 @@ impl SimTxn {
             w.note(format!(
                 "> t{}: commit {:?} primary={} batches={} ttl={}",
                 self.id,
-                c.protocol,
+                c.planned,
                 String::from_utf8_lossy(&c.primary),
                 c.batches.len(),
                 c.lock_ttl_ms
@@ -713,11 +706,7 @@ impl SimTxn {
             for_update_ts: c.for_update_ts,
             lock_ttl_ms: c.lock_ttl_ms,
             txn_size: c.key_count as u64,
-            protocol: match c.protocol {
-                Protocol::OnePc => CommitProtocol::OnePc,
-                Protocol::AsyncCommit => CommitProtocol::AsyncCommit,
-                Protocol::TwoPc => CommitProtocol::TwoPc,
-            },
+            protocol: c.planned,
         };
         shape.command(c.batches[i].mutations.clone())
     }
@@ -746,13 +735,11 @@ impl SimTxn {
                 .collect();
             let answer = match &result {
                 Ok(r) if !r.locks.is_empty() => format!("locked ({})", r.locks.len()),
-                Ok(r) if !r.one_pc_commit_ts.is_zero() => {
-                    format!("ok: one_pc_commit_ts={}", World::fmt_ts(r.one_pc_commit_ts))
-                }
-                Ok(r) if !r.min_commit_ts.is_zero() => {
-                    format!("ok: min_commit_ts={}", World::fmt_ts(r.min_commit_ts))
-                }
-                Ok(_) => "ok".into(),
+                Ok(r) => match (r.one_pc_commit_ts, r.min_commit_ts) {
+                    (Some(ts), _) => format!("ok: one_pc_commit_ts={}", World::fmt_ts(ts)),
+                    (None, Some(ts)) => format!("ok: min_commit_ts={}", World::fmt_ts(ts)),
+                    (None, None) => "ok".into(),
+                },
                 Err(e) => format!("error: {e}"),
             };
             w.note(format!(
@@ -771,17 +758,7 @@ impl SimTxn {
             }
         };
         if !result.locks.is_empty() {
-            let mut locks = Vec::new();
-            for e in result.locks {
-                match into_lock(e) {
-                    Ok(lock) => locks.push(lock),
-                    Err(e) => {
-                        self.give_up(w, format!("prewrite: {e}"));
-                        return Progress::Stepped;
-                    }
-                }
-            }
-            let alive = match w.resolve(&locks, TimeStamp::zero()) {
+            let alive = match w.resolve(&result.locks, TimeStamp::zero()) {
                 Ok((alive, _)) => alive,
                 Err(e) => {
                     self.give_up(w, format!("resolve: {e}"));
@@ -817,36 +794,26 @@ impl SimTxn {
     /// (unless they fell back), 2PC goes on to its primary.
     fn prewrites_done(&mut self, w: &mut World) {
         let c = self.commit.as_mut().expect("committing");
-        let results: Vec<&PrewriteResult> = c.results.iter().flatten().collect();
-        match c.protocol {
-            Protocol::OnePc if !results[0].one_pc_commit_ts.is_zero() => {
-                let commit_ts = results[0].one_pc_commit_ts;
-                self.acknowledge(w, commit_ts, "1PC");
+        match decide(c.planned, c.results.iter().flatten()) {
+            Decision::Committed(info) if info.protocol == CommitProtocol::OnePc => {
+                self.acknowledge(w, info.commit_ts, "1PC");
                 self.phase = Phase::Done;
-                return;
             }
-            Protocol::OnePc => {
-                c.protocol = Protocol::TwoPc;
+            Decision::Committed(info) => {
+                let commit_ts = info.commit_ts;
+                let left = c.keys_by_region.iter().cloned().collect();
+                self.acknowledge(w, commit_ts, "async commit");
+                self.phase = Phase::CommitSecondaries { commit_ts, left };
+            }
+            Decision::TwoPhase => {
+                // A 1PC prewrite that fell back left its locks.
                 if !self.heart_beating {
                     self.heart_beating = true;
                     self.last_beat_ms = w.now_ms();
                 }
+                self.phase = Phase::CommitPrimary;
             }
-            Protocol::AsyncCommit if results.iter().all(|r| !r.min_commit_ts.is_zero()) => {
-                let commit_ts = results
-                    .iter()
-                    .map(|r| r.min_commit_ts)
-                    .max()
-                    .unwrap_or_default();
-                let left = c.keys_by_region.iter().cloned().collect();
-                self.acknowledge(w, commit_ts, "async commit");
-                self.phase = Phase::CommitSecondaries { commit_ts, left };
-                return;
-            }
-            Protocol::AsyncCommit => c.protocol = Protocol::TwoPc,
-            Protocol::TwoPc => {}
         }
-        self.phase = Phase::CommitPrimary;
     }
 
     fn acknowledge(&self, w: &mut World, commit_ts: TimeStamp, how: &str) {

@@ -257,7 +257,7 @@ fn read_only_reads_beside_the_owner() {
 /// and prints it; the scan works again.
 #[test]
 fn repair_removes_what_does_not_decode() {
-    use percolate::engine::{Cf, Engine, WriteBatch, WriteOptions};
+    use percolate_engine::{Cf, Engine, WriteBatch, WriteOptions};
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     ok(dir, &["put", "a", "1"]);
@@ -266,7 +266,7 @@ fn repair_removes_what_does_not_decode() {
         let mut batch = WriteBatch::new();
         batch.put(
             Cf::Lock,
-            percolate::mvcc::Key::from_raw(b"b").into_encoded(),
+            percolate_mvcc::Key::from_raw(b"b").into_encoded(),
             b"\xffjunk".to_vec(),
         );
         client.cluster().regions()[0]

@@ -229,7 +229,7 @@ fn erase_and_check(all: bool) -> (TxnId, Vec<String>) {
     drop(state);
 
     let id = {
-        let engine = percolate::engine::RocksEngine::open(dir.path().join("db")).unwrap();
+        let engine = percolate_engine::RocksEngine::open(dir.path().join("db")).unwrap();
         let db = engine.raw_db();
         let cf = db.cf_handle("write").unwrap();
         // Every marker write record of round 0: stored key, raw key, id.
@@ -237,9 +237,9 @@ fn erase_and_check(all: bool) -> (TxnId, Vec<String>) {
             .iterator_cf(cf, rocksdb::IteratorMode::Start)
             .map(Result::unwrap)
             .filter_map(|(stored, value)| {
-                let encoded = stored.strip_prefix(&[percolate::engine::DATA_PREFIX][..])?;
-                let user_key = percolate::mvcc::Key::truncate_ts_for(encoded).ok()?;
-                let raw = percolate::mvcc::Key::from_encoded_slice(user_key)
+                let encoded = stored.strip_prefix(&[percolate_engine::DATA_PREFIX][..])?;
+                let user_key = percolate_mvcc::Key::truncate_ts_for(encoded).ok()?;
+                let raw = percolate_mvcc::Key::from_encoded_slice(user_key)
                     .to_raw()
                     .ok()?;
                 let text = String::from_utf8(raw).ok()?;
@@ -250,8 +250,8 @@ fn erase_and_check(all: bool) -> (TxnId, Vec<String>) {
                     round: round.parse().ok()?,
                     seq: seq.parse().ok()?,
                 };
-                let record = percolate::mvcc::Write::parse(&value).ok()?;
-                let put = record.write_type == percolate::mvcc::WriteType::Put;
+                let record = percolate_mvcc::Write::parse(&value).ok()?;
+                let put = record.write_type == percolate_mvcc::WriteType::Put;
                 (kind == "t" && id.round == 0 && put).then(|| (stored.to_vec(), text, id))
             })
             .collect();

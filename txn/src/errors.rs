@@ -5,17 +5,37 @@ use std::time::Duration;
 
 use percolate_mvcc::{Key, TimeStamp};
 
-/// An error of a transaction action or command.
+/// An error of a transaction action, a command, or the client.
 ///
 /// MVCC outcomes (locks, conflicts, missing transactions, corruption) keep
 /// their structured form in [`Error::Mvcc`]; this layer adds the errors of
-/// bad requests.
+/// bad requests, of scheduling, and of the client.
+///
+/// One variant per cause:
+///
+/// * An engine failure, whether it happened reading or writing, is
+///   [`Error::Engine`]. Invariant: [`Error::Mvcc`] never holds
+///   [`percolate_mvcc::Error::Engine`]; the `From` conversions move it out.
+/// * Keys: the key a failure is about is a [`Key`] (the encoded user key,
+///   as in [`percolate_mvcc::Error`]; its `Display` shows the raw key and
+///   [`Key::to_raw`] gives the bytes back). Raw `Vec<u8>` appears only
+///   where a field mirrors what TiKV reports raw (a lock's
+///   [`LockInfo`](percolate_mvcc::LockInfo), a primary, the `Deadlock`
+///   message) and for bounds of regions and ranges
+///   ([`Error::KeyNotInRegion`], [`Error::ImportRangeNotEmpty`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An MVCC-level outcome: see [`percolate_mvcc::Error`].
+    /// An MVCC-level outcome: see [`percolate_mvcc::Error`] (never its
+    /// `Engine` variant: that is [`Error::Engine`]).
     #[error(transparent)]
-    Mvcc(#[from] percolate_mvcc::Error),
+    Mvcc(percolate_mvcc::Error),
+
+    /// The engine failed: a read, or a write of a command's modifications
+    /// (shared by every command of a group commit, hence the `Arc`; nothing
+    /// of the group was written).
+    #[error("engine: {0}")]
+    Engine(Arc<percolate_engine::Error>),
 
     /// A commit_ts that is not above the start_ts.
     #[error("invalid commit_ts {commit_ts} for txn {start_ts}: must be greater than start_ts")]
@@ -92,11 +112,11 @@ pub enum Error {
     /// A read or prewrite kept meeting a lock of a live transaction until
     /// its deadline. Retrying later (with a new transaction) may succeed.
     #[error(
-        "gave up after {waited:?} on the lock of txn {lock_ts} (primary {primary:?}) on key {key:?}"
+        "gave up after {waited:?} on the lock of txn {lock_ts} (primary {primary:?}) on key {key}"
     )]
     ResolveLockTimeout {
-        /// The locked raw key.
-        key: Vec<u8>,
+        /// The locked key.
+        key: Key,
         /// The lock owner's start_ts.
         lock_ts: TimeStamp,
         /// The lock owner's raw primary key.
@@ -159,11 +179,6 @@ pub enum Error {
         reason: String,
     },
 
-    /// The engine failed to write a command's modifications (shared by every
-    /// command of a group commit); nothing of the group was written.
-    #[error("engine write failed: {0}")]
-    WriteFailed(Arc<percolate_engine::Error>),
-
     /// A key, a value or a whole transaction is larger than the engine
     /// accepts (see [`Limit`]); nothing was sent or written.
     #[error("{limit} is {size}, above the limit of {max}")]
@@ -218,15 +233,12 @@ pub enum Error {
     /// An observer's transaction failed on `key` (its function returned an
     /// error, or the transaction did not commit): the notification stays,
     /// and the observer runs again later.
-    #[error(
-        "observer {name} failed on key {}: {source}",
-        crate::errors::Shown(key)
-    )]
+    #[error("observer {name} failed on key {key}: {source}")]
     Observer {
         /// The observer's name.
         name: String,
-        /// The watched key, raw.
-        key: Vec<u8>,
+        /// The watched key.
+        key: Key,
         /// What failed.
         #[source]
         source: Box<Error>,
@@ -333,7 +345,18 @@ pub(crate) fn check_write_size(pairs: impl IntoIterator<Item = (usize, usize)>) 
 
 impl From<percolate_engine::Error> for Error {
     fn from(e: percolate_engine::Error) -> Self {
-        Error::Mvcc(e.into())
+        Error::Engine(Arc::new(e))
+    }
+}
+
+impl From<percolate_mvcc::Error> for Error {
+    /// Keeps the MVCC outcome, except an engine failure, which becomes
+    /// [`Error::Engine`] (one form for every engine failure).
+    fn from(e: percolate_mvcc::Error) -> Self {
+        match e {
+            percolate_mvcc::Error::Engine(e) => e.into(),
+            other => Error::Mvcc(other),
+        }
     }
 }
 
@@ -355,6 +378,14 @@ impl Error {
     /// Whether this is a write conflict.
     pub fn is_conflict(&self) -> bool {
         matches!(self, Error::Mvcc(e) if e.is_conflict())
+    }
+
+    /// The engine's error, if the engine failed.
+    pub fn as_engine(&self) -> Option<&percolate_engine::Error> {
+        match self {
+            Error::Engine(e) => Some(e),
+            _ => None,
+        }
     }
 
     /// The MVCC-level error, if this is one.
@@ -409,5 +440,23 @@ pub(crate) fn io_error(
             path: path.clone(),
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_engine_failure_reaches_callers_in_one_form() {
+        let read: Error = percolate_mvcc::Error::Engine(percolate_engine::Error::Incomplete).into();
+        let written: Error = percolate_engine::Error::Incomplete.into();
+        for e in [read, written] {
+            assert!(
+                matches!(e.as_engine(), Some(percolate_engine::Error::Incomplete)),
+                "{e:?}"
+            );
+            assert!(e.as_mvcc().is_none(), "{e:?}");
+        }
     }
 }

@@ -143,15 +143,10 @@ impl<E: Engine> TxnFixture<E> {
     ) -> Result<PrewriteResult> {
         let (txn, result) =
             prewrite_mutations(&self.engine.snapshot(), props, &mutations, secondaries)?;
-        if let Some(e) = result.locks.first() {
+        if let Some(lock) = result.locks.first() {
             assert!(txn.is_empty(), "a prewrite that met locks writes nothing");
             if result.locks.len() == 1 && mutations.len() == 1 {
-                return Err(match e {
-                    Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info)) => {
-                        percolate_mvcc::Error::KeyIsLocked(info.clone()).into()
-                    }
-                    _ => unreachable!("only KeyIsLocked is collected"),
-                });
+                return Err(percolate_mvcc::Error::KeyIsLocked(Box::new(lock.clone())).into());
             }
         }
         self.write(txn);
@@ -280,8 +275,8 @@ impl<E: Engine> TxnFixture<E> {
         )
     }
 
-    /// Prewrites an async-commit Put and returns its min_commit_ts (zero if
-    /// it fell back to 2PC).
+    /// Prewrites an async-commit Put and returns its min_commit_ts (`None`
+    /// if it fell back to 2PC).
     #[track_caller]
     pub fn must_prewrite_put_async(
         &self,
@@ -290,7 +285,7 @@ impl<E: Engine> TxnFixture<E> {
         primary: &[u8],
         secondaries: Option<&[Vec<u8>]>,
         timestamps: AsyncTs,
-    ) -> TimeStamp {
+    ) -> Option<TimeStamp> {
         let props = Self::async_props(
             primary,
             timestamps.start_ts,

@@ -45,12 +45,12 @@ use std::process::ExitCode;
 mod sim;
 
 use clap::{Args, Parser, Subcommand};
-use percolate::engine::WalRecovery;
-use percolate::mvcc::{Key, TimeStamp};
-use percolate::txn::client::{ExportManifest, MAX_BATCH};
-use percolate::txn::commands::RawScan;
-use percolate::txn::storage::Storage;
 use percolate::{Client, CommitInfo, OpenOptions};
+use percolate_engine::WalRecovery;
+use percolate_mvcc::{Key, TimeStamp};
+use percolate_txn::client::{ExportManifest, MAX_BATCH};
+use percolate_txn::commands::RawScan;
+use percolate_txn::storage::Storage;
 
 /// Transactions, MVCC records and raw KV of a percolate data directory.
 #[derive(Debug, Parser)]

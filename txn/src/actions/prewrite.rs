@@ -16,8 +16,8 @@
 
 use percolate_engine::Snapshot;
 use percolate_mvcc::{
-    Assertion, Key, Lock, LockType, MvccReader, MvccTxn, PessimisticLockNotFoundReason, TimeStamp,
-    Write, WriteConflictReason, WriteType, is_short_value,
+    Assertion, Key, Lock, LockInfo, LockType, MvccReader, MvccTxn, PessimisticLockNotFoundReason,
+    TimeStamp, Write, WriteConflictReason, WriteType, is_short_value,
 };
 
 use crate::{Error, Result};
@@ -633,15 +633,17 @@ fn commit_ts_bound(
 /// The answer to a whole prewrite request.
 #[derive(Debug, Default)]
 pub struct PrewriteResult {
-    /// One `KeyIsLocked` per key locked by another transaction. When not
-    /// empty, nothing was written: resolve the locks and retry.
-    pub locks: Vec<Error>,
+    /// The lock of another transaction on each key that has one (what
+    /// TiKV reports as one `KeyIsLocked` error per key). When not empty,
+    /// nothing was written: resolve the locks and retry.
+    pub locks: Vec<LockInfo>,
     /// For async commit: the largest min_commit_ts of the keys (the
-    /// transaction's commit_ts). Zero for 2PC, including a fallback.
-    pub min_commit_ts: TimeStamp,
-    /// For 1PC: the commit_ts the transaction committed at. Zero when 1PC
-    /// was not used (or fell back to 2PC).
-    pub one_pc_commit_ts: TimeStamp,
+    /// transaction's commit_ts). `None` for 2PC, including a fallback from
+    /// async commit, and when locks were met. (TiKV's 0.)
+    pub min_commit_ts: Option<TimeStamp>,
+    /// For 1PC: the commit_ts the transaction committed at. `None` when 1PC
+    /// was not asked for, fell back to 2PC, or met locks. (TiKV's 0.)
+    pub one_pc_commit_ts: Option<TimeStamp>,
 }
 
 /// Prewrites every mutation of a request against one snapshot and returns
@@ -687,6 +689,7 @@ fn prewrite_all<S: Snapshot>(
             .all(|pair| pair[0].key.as_encoded() < pair[1].key.as_encoded());
     let mut reader = MvccReader::new(snapshot.clone()).ascending(ascending);
     let mut result = PrewriteResult::default();
+    let mut commit_ts = TimeStamp::zero();
     let mut one_pc_locks = Vec::new();
     // Reported only if nothing else goes wrong: a conflict or a lock on a
     // later key is the error the client must act on first.
@@ -697,7 +700,7 @@ fn prewrite_all<S: Snapshot>(
         let secondaries = secondaries.filter(|_| is_primary);
         match prewrite(&mut txn, &mut reader, props, mutation.clone(), secondaries) {
             Ok(done) => {
-                result.min_commit_ts = result.min_commit_ts.max(done.min_commit_ts);
+                commit_ts = commit_ts.max(done.min_commit_ts);
                 if let Some((key, lock)) = done.one_pc_lock {
                     one_pc_locks.push((key, lock, done.remove_pessimistic_lock));
                 }
@@ -713,7 +716,9 @@ fn prewrite_all<S: Snapshot>(
                     ));
                 }
                 match e {
-                    Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(_)) => result.locks.push(e),
+                    Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(lock)) => {
+                        result.locks.push(*lock)
+                    }
                     _ => return Err(e),
                 }
             }
@@ -724,17 +729,18 @@ fn prewrite_all<S: Snapshot>(
         return Err(e);
     }
     if !result.locks.is_empty() {
-        result.min_commit_ts = TimeStamp::zero();
         return Ok((MvccTxn::new(props.start_ts), result));
     }
+    // Zero when no key computed one: a retry that found only its own 2PC
+    // locks (its first attempt fell back).
+    let computed = Some(commit_ts).filter(|ts| !ts.is_zero());
     match props.commit_kind {
         CommitKind::OnePc { .. } => {
-            result.one_pc_commit_ts = result.min_commit_ts;
-            result.min_commit_ts = TimeStamp::zero();
-            commit_one_pc(&mut txn, one_pc_locks, result.one_pc_commit_ts)?;
+            commit_one_pc(&mut txn, one_pc_locks, commit_ts)?;
+            result.one_pc_commit_ts = computed;
         }
-        CommitKind::Async { .. } => {}
-        CommitKind::TwoPc => result.min_commit_ts = TimeStamp::zero(),
+        CommitKind::Async { .. } => result.min_commit_ts = computed,
+        CommitKind::TwoPc => {}
     }
     Ok((txn, result))
 }
@@ -766,8 +772,8 @@ fn already_committed(props: &TransactionProperties, commit_ts: TimeStamp) -> Pre
     let mut result = PrewriteResult::default();
     match props.commit_kind {
         CommitKind::TwoPc => {}
-        CommitKind::Async { .. } => result.min_commit_ts = commit_ts,
-        CommitKind::OnePc { .. } => result.one_pc_commit_ts = commit_ts,
+        CommitKind::Async { .. } => result.min_commit_ts = Some(commit_ts),
+        CommitKind::OnePc { .. } => result.one_pc_commit_ts = Some(commit_ts),
     }
     result
 }
@@ -841,14 +847,7 @@ mod tests {
                 .unwrap()
         });
         assert_eq!(result.locks.len(), 1, "{:?}", result.locks);
-        assert!(
-            matches!(
-                &result.locks[0],
-                Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info)) if info.key == raw(8)
-            ),
-            "{:?}",
-            result.locks
-        );
+        assert!(result.locks[0].key == raw(8), "{:?}", result.locks);
 
         // Once it is gone every key gets its lock.
         f.must_commit(&raw(8), 12, 25);

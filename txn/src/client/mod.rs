@@ -57,7 +57,9 @@ pub use self::keyspace::{
 };
 pub use self::observe::{ACK_KEYSPACE, ObserverMetrics, Watch, WorkerConfig, Workers};
 pub use self::pessimistic::PessimisticTransaction;
-pub use self::plan::{CommitPlan, PlanLimits, PrewriteShape};
+// The commit's layout and protocol rule, for the simulator's model of it.
+#[cfg(any(test, feature = "sim"))]
+pub use self::plan::{CommitPlan, Decision, PlanLimits, PrewriteShape, decide};
 pub use self::raw::{RawClient, RawScanIter};
 pub use self::scan::{FIRST_BATCH, Keys, MAX_BATCH, Scan};
 #[cfg(any(test, feature = "sim"))]
@@ -451,7 +453,7 @@ impl<E: Engine> Client<E> {
     /// Such a client writes: over an engine opened read-only
     /// ([`RocksEngine::open_read_only`]) a commit, or a read that must roll
     /// a lock forward or back, fails with the engine's `ReadOnly` error (in
-    /// [`Error::WriteFailed`]). [`Client::open_read_only`] is the client
+    /// [`Error::Engine`]). [`Client::open_read_only`] is the client
     /// that knows it reads only: it refuses writes up front and reports a
     /// lock as `KeyIsLocked` instead of resolving it.
     pub fn new(
@@ -823,7 +825,7 @@ impl Deadline {
         let waited = started.elapsed();
         if waited > self.timeout {
             return Err(Error::ResolveLockTimeout {
-                key: key.to_vec(),
+                key: Key::from_raw(key),
                 lock_ts: lock.lock_version,
                 primary: lock.primary_lock.clone(),
                 waited,

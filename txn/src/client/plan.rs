@@ -3,11 +3,14 @@
 //! prewrite batches, and the protocol. One piece of code for the client's
 //! commit and for the deterministic simulator's model of it
 //! (`percolate-sim`), so that the model cannot drift from the client.
+//!
+//! The plan proposes a protocol; once every prewrite has answered,
+//! [`decide`] settles the protocol the commit ends with and its commit_ts.
 
 use percolate_mvcc::{Key, TimeStamp};
 
-use super::CommitProtocol;
-use crate::actions::prewrite::{Mutation, PessimisticAction, TransactionKind};
+use super::{CommitInfo, CommitProtocol};
+use crate::actions::prewrite::{Mutation, PessimisticAction, PrewriteResult, TransactionKind};
 use crate::commands::Prewrite;
 
 /// What a [`CommitPlan`] follows: the parts of
@@ -164,6 +167,53 @@ impl PrewriteShape<'_> {
     }
 }
 
+/// What a commit's prewrite answers decide: see [`decide`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The prewrites committed the transaction, by 1PC or async commit, at
+    /// this commit_ts: the commit point has passed. An async commit still
+    /// writes its commit records, after the fact.
+    Committed(CommitInfo),
+    /// Every lock is written and nothing is committed: the commit goes on
+    /// in two phases, the primary first, at a commit_ts from the oracle.
+    TwoPhase,
+}
+
+/// The protocol a commit ends with and its commit_ts: the one place that
+/// decides both, from the protocol the [`CommitPlan`] chose and every
+/// prewrite batch's answer (all of them, each without locks met).
+///
+/// | planned | the answers | protocol | commit_ts |
+/// |---|---|---|---|
+/// | 1PC | `one_pc_commit_ts: Some(ts)` (one batch) | 1PC | `ts` |
+/// | async commit | every batch's `min_commit_ts` is `Some` | async commit | the largest of them |
+/// | 1PC or async commit | otherwise: a region redid its prewrite as 2PC (the commit_ts would have passed the request's `max_commit_ts`) | 2PC | from the oracle |
+/// | 2PC | any | 2PC | from the oracle |
+///
+/// "From the oracle" ([`Decision::TwoPhase`]) means a timestamp taken after
+/// every prewrite answered, when the primary is committed, and taken again
+/// while a reader has pushed the primary lock's min_commit_ts past it.
+pub fn decide<'a>(
+    planned: CommitProtocol,
+    results: impl IntoIterator<Item = &'a PrewriteResult>,
+) -> Decision {
+    let mut results = results.into_iter();
+    let commit_ts = match planned {
+        CommitProtocol::OnePc => results.next().and_then(|r| r.one_pc_commit_ts),
+        CommitProtocol::AsyncCommit => {
+            results.try_fold(TimeStamp::zero(), |max, r| Some(max.max(r.min_commit_ts?)))
+        }
+        _ => None,
+    };
+    match commit_ts {
+        Some(commit_ts) => Decision::Committed(CommitInfo {
+            commit_ts,
+            protocol: planned,
+        }),
+        None => Decision::TwoPhase,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,5 +289,34 @@ mod tests {
                 .flat_map(|(_, ms)| ms)
                 .all(|m| { m.pessimistic_action == PessimisticAction::DoPessimisticCheck })
         );
+    }
+
+    fn answered(min_commit_ts: Option<u64>, one_pc_commit_ts: Option<u64>) -> PrewriteResult {
+        PrewriteResult {
+            min_commit_ts: min_commit_ts.map(TimeStamp::new),
+            one_pc_commit_ts: one_pc_commit_ts.map(TimeStamp::new),
+            ..PrewriteResult::default()
+        }
+    }
+
+    fn committed(commit_ts: u64, protocol: CommitProtocol) -> Decision {
+        Decision::Committed(CommitInfo {
+            commit_ts: TimeStamp::new(commit_ts),
+            protocol,
+        })
+    }
+
+    #[test]
+    fn the_answers_decide_the_protocol_and_the_commit_ts() {
+        use CommitProtocol::{AsyncCommit, OnePc, TwoPc};
+        let one_pc = [answered(None, Some(7))];
+        assert_eq!(decide(OnePc, &one_pc), committed(7, OnePc));
+        let fell_back = [answered(None, None)];
+        assert_eq!(decide(OnePc, &fell_back), Decision::TwoPhase);
+        let both = [answered(Some(5), None), answered(Some(9), None)];
+        assert_eq!(decide(AsyncCommit, &both), committed(9, AsyncCommit));
+        let one_fell_back = [answered(Some(5), None), answered(None, None)];
+        assert_eq!(decide(AsyncCommit, &one_fell_back), Decision::TwoPhase);
+        assert_eq!(decide(TwoPc, &fell_back), Decision::TwoPhase);
     }
 }

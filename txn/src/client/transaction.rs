@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use percolate_engine::{Durability, Engine, RocksEngine};
-use percolate_mvcc::{Key, TimeStamp};
+use percolate_mvcc::{Key, LockInfo, TimeStamp};
 
-use super::plan::{CommitPlan, PlanLimits, PrewriteShape};
-use super::resolver::into_lock;
+use super::plan::{CommitPlan, Decision, PlanLimits, PrewriteShape, decide};
 use super::scan::{ByteRange, Keys, Scan, ScanKind, ScanSource};
 use super::{Backoff, Deadline, Inner, ParallelPrewrite, SecondaryCommits, key};
 use crate::actions::prewrite::{Mutation, PrewriteResult};
@@ -29,6 +28,18 @@ pub(super) enum Op {
     Delete,
     Insert(Vec<u8>),
     Lock,
+}
+
+impl Op {
+    /// The prewrite mutation of this write to `key`.
+    fn into_mutation(self, key: Key) -> Mutation {
+        match self {
+            Op::Put(v) => Mutation::put(key, v),
+            Op::Delete => Mutation::delete(key),
+            Op::Insert(v) => Mutation::insert(key, v),
+            Op::Lock => Mutation::lock(key),
+        }
+    }
 }
 
 /// How one commit is made: [`Transaction::commit_with`].
@@ -139,6 +150,27 @@ struct Batch {
     /// The watched keys among them (see [`Prewrite::notify`]); empty
     /// unless the client has observers.
     notify: Vec<Key>,
+}
+
+impl Batch {
+    /// The batch of `mutations` in `region`, notifying those in `watched`
+    /// (sorted).
+    fn new(region: usize, mutations: Vec<Mutation>, watched: &[Key]) -> Self {
+        let notify = if watched.is_empty() {
+            Vec::new()
+        } else {
+            mutations
+                .iter()
+                .filter(|m| watched.binary_search(&m.key).is_ok())
+                .map(|m| m.key.clone())
+                .collect()
+        };
+        Batch {
+            region,
+            mutations,
+            notify,
+        }
+    }
 }
 
 impl<E: Engine> Transaction<E> {
@@ -366,7 +398,9 @@ pub(super) fn raw(key: Key) -> Result<Vec<u8>> {
     })
 }
 
-/// Runs the commit protocol of one transaction.
+/// Runs the commit protocol of one transaction: prewrites every batch,
+/// then commits as [`decide`] rules from the answers (1PC, async commit, or
+/// 2PC at a commit_ts from the oracle).
 struct Committer<'a, E: Engine> {
     client: &'a Inner<E>,
     start_ts: TimeStamp,
@@ -376,7 +410,9 @@ struct Committer<'a, E: Engine> {
     /// Every key, grouped by region index.
     keys_by_region: Vec<(usize, Vec<Key>)>,
     batches: Vec<Batch>,
-    protocol: CommitProtocol,
+    /// The protocol the prewrites ask for ([`CommitPlan::protocol`]); the
+    /// one the commit ends with is [`decide`]d from their answers.
+    planned: CommitProtocol,
     key_count: usize,
     /// The TTL of every lock: the configured one plus the time the
     /// transaction was open before its commit began.
@@ -404,72 +440,29 @@ impl<'a, E: Engine> Committer<'a, E> {
         buffer: BTreeMap<Vec<u8>, Op>,
         pessimism: Option<Pessimism>,
     ) -> Self {
-        let config = &client.config;
-        // The watched keys, in key order (as the buffer); only a client
-        // with observers looks.
-        let mut watched: Vec<Key> = Vec::new();
-        let watching = client.observers.is_active();
-        let writes = buffer
-            .into_iter()
-            .map(|(raw, op)| {
-                let k = key(&raw);
-                if watching && op != Op::Lock && client.observers.watches(&raw) {
-                    watched.push(k.clone());
-                }
-                let mutation = match op {
-                    Op::Put(v) => Mutation::put(k, v),
-                    Op::Delete => Mutation::delete(k),
-                    Op::Insert(v) => Mutation::insert(k, v),
-                    Op::Lock => Mutation::lock(k),
-                };
-                (raw, mutation)
-            })
-            .collect();
-        let limits = PlanLimits {
-            one_pc: config.one_pc,
-            async_commit: config.async_commit,
-            max_async_commit_keys: config.max_async_commit_keys,
-            max_batch_keys: config.max_batch_keys,
-        };
+        let (writes, watched) = mutations(client, buffer);
         let plan = CommitPlan::new(
             writes,
             |raw| client.cluster.region_index(raw),
             pessimism.as_ref().map(|p| p.primary.clone()),
-            limits,
+            plan_limits(&client.config),
         );
         let batches = plan
             .batches
             .into_iter()
-            .map(|(region, mutations)| {
-                let notify = if watched.is_empty() {
-                    Vec::new()
-                } else {
-                    mutations
-                        .iter()
-                        .filter(|m| watched.binary_search(&m.key).is_ok())
-                        .map(|m| m.key.clone())
-                        .collect()
-                };
-                Batch {
-                    region,
-                    mutations,
-                    notify,
-                }
-            })
+            .map(|(region, mutations)| Batch::new(region, mutations, &watched))
             .collect();
-        let (primary, secondaries, protocol) = (plan.primary, plan.secondaries, plan.protocol);
-        let (keys_by_region, key_count) = (plan.keys_by_region, plan.key_count);
         Committer {
             client,
             start_ts,
             for_update_ts: pessimism.map(|p| p.for_update_ts),
-            primary,
-            keys_by_region,
+            primary: plan.primary,
+            keys_by_region: plan.keys_by_region,
             batches,
-            protocol,
-            key_count,
+            planned: plan.protocol,
+            key_count: plan.key_count,
             lock_ttl_ms,
-            secondaries,
+            secondaries: plan.secondaries,
             committed: false,
             heart_beating: false,
             durability: None,
@@ -498,7 +491,7 @@ impl<'a, E: Engine> Committer<'a, E> {
             for_update_ts: self.for_update_ts,
             lock_ttl_ms: self.lock_ttl_ms,
             txn_size: self.key_count as u64,
-            protocol: self.protocol,
+            protocol: self.planned,
         };
         let mut prewrite = shape.command(batch.mutations.clone());
         if !batch.notify.is_empty() {
@@ -509,8 +502,8 @@ impl<'a, E: Engine> Committer<'a, E> {
 
     fn run(mut self) -> Result<CommitInfo> {
         // A 1PC prewrite leaves no lock behind unless it falls back to 2PC,
-        // and then the heart beats start (see `prewrite_and_commit`).
-        if self.protocol != CommitProtocol::OnePc {
+        // and then the heart beats start (see `commit_in_two_phases`).
+        if self.planned != CommitProtocol::OnePc {
             self.keep_alive();
         }
         let outcome = self.prewrite_and_commit();
@@ -529,51 +522,47 @@ impl<'a, E: Engine> Committer<'a, E> {
         outcome
     }
 
+    /// Prewrites every batch, then commits as [`decide`] rules.
     fn prewrite_and_commit(&mut self) -> Result<CommitInfo> {
         let results = self.prewrite_all()?;
-        let one_pc_done =
-            self.protocol == CommitProtocol::OnePc && !results[0].one_pc_commit_ts.is_zero();
-        let async_done = self.protocol == CommitProtocol::AsyncCommit
-            && results.iter().all(|r| !r.min_commit_ts.is_zero());
-        self.committed = one_pc_done || async_done;
+        let decision = decide(self.planned, &results);
+        self.committed = decision != Decision::TwoPhase;
         fail::check(fail::CLIENT_PREWRITE_ALL)?;
-        let storage = |region: usize| self.client.cluster.regions()[region].storage();
-        if self.protocol == CommitProtocol::OnePc {
-            let commit_ts = results[0].one_pc_commit_ts;
-            if !commit_ts.is_zero() {
-                return Ok(CommitInfo {
-                    commit_ts,
-                    protocol: CommitProtocol::OnePc,
-                });
+        match decision {
+            Decision::Committed(info) => {
+                if info.protocol == CommitProtocol::AsyncCommit {
+                    // Committed now; the records follow.
+                    self.commit_secondaries(info.commit_ts, None)?;
+                }
+                Ok(info)
             }
-            // Fell back to 2PC in the region: the locks are written.
-            self.protocol = CommitProtocol::TwoPc;
+            Decision::TwoPhase => self.commit_in_two_phases(),
+        }
+    }
+
+    /// 2PC, once every lock is written: the primary's commit is the commit
+    /// point, the secondaries follow.
+    fn commit_in_two_phases(&mut self) -> Result<CommitInfo> {
+        // A 1PC prewrite that fell back left its locks: keep them alive.
+        if !self.heart_beating {
             self.keep_alive();
         }
-        if self.protocol == CommitProtocol::AsyncCommit {
-            let fell_back = results.iter().any(|r| r.min_commit_ts.is_zero());
-            if !fell_back {
-                let commit_ts = results
-                    .iter()
-                    .map(|r| r.min_commit_ts)
-                    .max()
-                    .unwrap_or_default();
-                // Committed now; the records follow.
-                for (region, keys) in &self.keys_by_region {
-                    self.commit_after_commit_point(*region, keys.clone(), commit_ts);
-                    fail::check(fail::CLIENT_COMMIT_SECONDARIES)?;
-                }
-                return Ok(CommitInfo {
-                    commit_ts,
-                    protocol: CommitProtocol::AsyncCommit,
-                });
-            }
-            self.protocol = CommitProtocol::TwoPc;
-        }
-        // 2PC: the primary's commit is the commit point.
         let primary = key(&self.primary);
-        let primary_region = self.client.cluster.region_index(&self.primary);
-        let commit_ts = loop {
+        let commit_ts = self.commit_primary(&primary)?;
+        fail::check(fail::CLIENT_COMMIT_PRIMARY)?;
+        self.commit_secondaries(commit_ts, Some(&primary))?;
+        Ok(CommitInfo {
+            commit_ts,
+            protocol: CommitProtocol::TwoPc,
+        })
+    }
+
+    /// Commits the primary at a commit_ts from the oracle, and returns it:
+    /// the transaction is committed.
+    fn commit_primary(&mut self, primary: &Key) -> Result<TimeStamp> {
+        let region = self.client.cluster.region_index(&self.primary);
+        let storage = self.client.cluster.regions()[region].storage();
+        loop {
             let commit_ts = self.client.oracle.get_ts()?;
             let commit = Commit {
                 keys: vec![primary.clone()],
@@ -581,10 +570,10 @@ impl<'a, E: Engine> Committer<'a, E> {
                 commit_ts,
             };
             // On this thread: the caller waits for the answer anyway.
-            match storage(primary_region).write_with(commit, self.command_options()) {
+            match storage.write_with(commit, self.command_options()) {
                 Ok(_) => {
                     self.committed = true;
-                    break commit_ts;
+                    return Ok(commit_ts);
                 }
                 // A reader that started after this commit_ts was taken pushed
                 // the lock's min_commit_ts past it: a newer ts from the
@@ -592,19 +581,25 @@ impl<'a, E: Engine> Committer<'a, E> {
                 Err(Error::Mvcc(percolate_mvcc::Error::CommitTsExpired { .. })) => continue,
                 Err(e) => return Err(e),
             }
-        };
-        fail::check(fail::CLIENT_COMMIT_PRIMARY)?;
+        }
+    }
+
+    /// Writes the commit records of every key but `committed` (the
+    /// primary, when 2PC committed it first), region by region, after the
+    /// commit point.
+    fn commit_secondaries(&self, commit_ts: TimeStamp, committed: Option<&Key>) -> Result<()> {
         for (region, keys) in &self.keys_by_region {
-            let secondaries: Vec<Key> = keys.iter().filter(|k| **k != primary).cloned().collect();
-            if !secondaries.is_empty() {
-                self.commit_after_commit_point(*region, secondaries, commit_ts);
+            let keys: Vec<Key> = keys
+                .iter()
+                .filter(|k| Some(*k) != committed)
+                .cloned()
+                .collect();
+            if !keys.is_empty() {
+                self.commit_after_commit_point(*region, keys, commit_ts);
                 fail::check(fail::CLIENT_COMMIT_SECONDARIES)?;
             }
         }
-        Ok(CommitInfo {
-            commit_ts,
-            protocol: CommitProtocol::TwoPc,
-        })
+        Ok(())
     }
 
     /// Writes the commit records of `keys`, all in one region, after the
@@ -646,87 +641,100 @@ impl<'a, E: Engine> Committer<'a, E> {
         // With the fail point armed, batches go one at a time, so that it
         // can stop the client between them.
         let one_by_one = fail::is_armed(fail::CLIENT_PREWRITE_BATCH);
-        let parallel = self.prewrites_in_parallel();
         loop {
-            let unsent: Vec<usize> = (0..results.len())
-                .filter(|&i| results[i].is_none())
-                .take(if one_by_one { 1 } else { usize::MAX })
-                .collect();
-            let last = unsent.last().copied();
-            // In parallel, every batch but the last goes to its region's
-            // workers; the last runs on this thread meanwhile (it would
-            // only wait). Otherwise this thread runs them all.
-            let sent: Vec<(usize, Pending<PrewriteResult>)> = unsent
-                .into_iter()
-                .map(|i| {
-                    let batch = &self.batches[i];
-                    let storage = self.client.cluster.regions()[batch.region].storage();
-                    let command = self.prewrite_command(batch);
-                    if Some(i) == last || !parallel {
-                        (
-                            i,
-                            Pending::ready(storage.write_with(command, self.command_options())),
-                        )
-                    } else {
-                        (i, storage.sched_write_with(command, self.command_options()))
-                    }
-                })
-                .collect();
-            let mut locks = Vec::new();
-            let mut first_error = None;
-            for (i, pending) in sent {
-                match pending.wait() {
-                    Ok(result) if result.locks.is_empty() => results[i] = Some(result),
-                    Ok(result) => {
-                        // Every reply is awaited even after an error, so
-                        // that an Unlock sent afterwards finds every
-                        // prewrite finished.
-                        for e in result.locks {
-                            match into_lock(e) {
-                                Ok(lock) => locks.push(lock),
-                                Err(e) => {
-                                    first_error.get_or_insert(e);
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
+            let locks = self.prewrite_round(&mut results, one_by_one)?;
+            if !locks.is_empty() {
+                self.wait_for(&locks, &deadline, &mut backoff)?;
+                continue;
             }
-            if let Some(e) = first_error {
-                return Err(e);
+            if one_by_one {
+                fail::check(fail::CLIENT_PREWRITE_BATCH)?;
             }
-            if locks.is_empty() {
-                if one_by_one {
-                    fail::check(fail::CLIENT_PREWRITE_BATCH)?;
-                }
-                if results.iter().any(Option::is_none) {
-                    continue;
-                }
-                return Ok(results
-                    .into_iter()
-                    .map(|r| r.expect("every batch done"))
-                    .collect());
-            }
-            // A prewrite never reads past a lock: resolve, don't push.
-            let mut pushed = Vec::new();
-            let alive = self
-                .client
-                .resolve_locks(&locks, TimeStamp::zero(), &mut pushed)?;
-            // Wait-die: wait only for younger transactions; give way to an
-            // older one at once. Two committers whose prewrites cross then
-            // never wait for each other: the younger aborts (unlocking its
-            // keys without rollback records) and the older goes on.
-            if let Some(older) = alive.iter().find(|lock| lock.lock_version < self.start_ts) {
-                return Err(percolate_mvcc::Error::KeyIsLocked(Box::new((*older).clone())).into());
-            }
-            if let Some(lock) = alive.first() {
-                deadline.check(&lock.key, lock)?;
-                backoff.sleep();
+            if results.iter().all(Option::is_some) {
+                return Ok(results.into_iter().flatten().collect());
             }
         }
+    }
+
+    /// Sends the batches without a result yet (only the first of them,
+    /// `one_by_one`), waits for every answer and records the results of
+    /// those that met no lock. Returns the locks met.
+    fn prewrite_round(
+        &self,
+        results: &mut [Option<PrewriteResult>],
+        one_by_one: bool,
+    ) -> Result<Vec<LockInfo>> {
+        let unsent: Vec<usize> = (0..results.len())
+            .filter(|&i| results[i].is_none())
+            .take(if one_by_one { 1 } else { usize::MAX })
+            .collect();
+        let mut locks = Vec::new();
+        let mut first_error = None;
+        // Every reply is awaited even after an error, so that an Unlock
+        // sent afterwards finds every prewrite finished.
+        for (i, pending) in self.send_prewrites(unsent) {
+            match pending.wait() {
+                Ok(result) if result.locks.is_empty() => results[i] = Some(result),
+                Ok(result) => locks.extend(result.locks),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(locks),
+        }
+    }
+
+    /// Sends the prewrites of the batches `indexes`. In parallel, every
+    /// batch but the last goes to its region's workers; the last runs on
+    /// this thread meanwhile (it would only wait). Otherwise this thread
+    /// runs them all.
+    fn send_prewrites(&self, indexes: Vec<usize>) -> Vec<(usize, Pending<PrewriteResult>)> {
+        let parallel = self.prewrites_in_parallel();
+        let last = indexes.last().copied();
+        indexes
+            .into_iter()
+            .map(|i| {
+                let batch = &self.batches[i];
+                let storage = self.client.cluster.regions()[batch.region].storage();
+                let command = self.prewrite_command(batch);
+                let pending = if Some(i) == last || !parallel {
+                    Pending::ready(storage.write_with(command, self.command_options()))
+                } else {
+                    storage.sched_write_with(command, self.command_options())
+                };
+                (i, pending)
+            })
+            .collect()
+    }
+
+    /// Resolves the `locks` a prewrite met, and backs off while some stay
+    /// (until the deadline). A prewrite never reads past a lock: it
+    /// resolves them, it does not push them.
+    fn wait_for(
+        &self,
+        locks: &[LockInfo],
+        deadline: &Deadline,
+        backoff: &mut Backoff,
+    ) -> Result<()> {
+        let mut pushed = Vec::new();
+        let alive = self
+            .client
+            .resolve_locks(locks, TimeStamp::zero(), &mut pushed)?;
+        // Wait-die: wait only for younger transactions; give way to an
+        // older one at once. Two committers whose prewrites cross then
+        // never wait for each other: the younger aborts (unlocking its
+        // keys without rollback records) and the older goes on.
+        if let Some(older) = alive.iter().find(|lock| lock.lock_version < self.start_ts) {
+            return Err(percolate_mvcc::Error::KeyIsLocked(Box::new((*older).clone())).into());
+        }
+        if let Some(lock) = alive.first() {
+            deadline.check(&lock.key, lock)?;
+            backoff.sleep();
+        }
+        Ok(())
     }
 
     /// Whether the prewrite batches go out at once
@@ -754,5 +762,36 @@ impl<'a, E: Engine> Committer<'a, E> {
                 start_ts: self.start_ts,
             }));
         }
+    }
+}
+
+/// The mutations of `buffer` with their raw keys, in key order, and the
+/// watched keys among them (only a client with observers looks).
+fn mutations<E: Engine>(
+    client: &Inner<E>,
+    buffer: BTreeMap<Vec<u8>, Op>,
+) -> (Vec<(Vec<u8>, Mutation)>, Vec<Key>) {
+    let mut watched: Vec<Key> = Vec::new();
+    let watching = client.observers.is_active();
+    let writes = buffer
+        .into_iter()
+        .map(|(raw, op)| {
+            let k = key(&raw);
+            if watching && op != Op::Lock && client.observers.watches(&raw) {
+                watched.push(k.clone());
+            }
+            (raw, op.into_mutation(k))
+        })
+        .collect();
+    (writes, watched)
+}
+
+/// The parts of the client's configuration that shape a [`CommitPlan`].
+fn plan_limits(config: &super::ClientConfig) -> PlanLimits {
+    PlanLimits {
+        one_pc: config.one_pc,
+        async_commit: config.async_commit,
+        max_async_commit_keys: config.max_async_commit_keys,
+        max_batch_keys: config.max_batch_keys,
     }
 }

@@ -219,31 +219,22 @@ impl WriteCommand for Prewrite {
         // On error `publish` drops unpublished and `guards` leave the table.
         let (txn, result) =
             prewrite_mutations(&ctx.snapshot, &props, &mutations, secondaries.as_deref())?;
-        let (commit_bound, one_pc) = if !result.one_pc_commit_ts.is_zero() {
-            (result.one_pc_commit_ts, true)
-        } else {
-            (result.min_commit_ts, false)
+        let commit_bound = match (result.one_pc_commit_ts, result.min_commit_ts) {
+            (Some(commit_ts), _) => Some((commit_ts, CommitBound::OnePc)),
+            (None, min_commit_ts) => min_commit_ts.map(|ts| (ts, CommitBound::Async)),
         };
-        if commit_bound.is_zero() || !result.locks.is_empty() || txn.is_empty() {
+        match commit_bound.filter(|_| result.locks.is_empty() && !txn.is_empty()) {
             // Fell back to 2PC, blocked by other locks, or a retry with
             // nothing to write: no computed commit_ts to protect.
-            publish.publish(|_| None);
-        } else {
-            let kinds: HashMap<&Key, &MutationKind> =
-                mutations.iter().map(|m| (&m.key, &m.kind)).collect();
-            publish.publish(|key| {
-                let lock_type = lock_type(kinds.get(key)?)?;
-                let mut lock = Lock::new(
-                    lock_type,
-                    props.primary.clone(),
-                    props.start_ts,
-                    props.lock_ttl,
-                );
-                lock.min_commit_ts = commit_bound;
-                lock.use_async_commit = !one_pc;
-                lock.use_one_pc = one_pc;
-                Some(lock)
-            });
+            None => publish.publish(|_| None),
+            Some((min_commit_ts, bound)) => {
+                let kinds: HashMap<&Key, &MutationKind> =
+                    mutations.iter().map(|m| (&m.key, &m.kind)).collect();
+                publish.publish(|key| {
+                    let lock_type = lock_type(kinds.get(key)?)?;
+                    Some(memory_lock(&props, lock_type, min_commit_ts, bound))
+                });
+            }
         }
         let mut txn = txn;
         let mut written = WriteResult {
@@ -257,6 +248,35 @@ impl WriteCommand for Prewrite {
         }
         Ok(written)
     }
+}
+
+/// What the commit_ts a prewrite computed bounds.
+#[derive(Clone, Copy)]
+enum CommitBound {
+    /// The commit_ts of a 1PC commit.
+    OnePc,
+    /// The min_commit_ts of an async commit.
+    Async,
+}
+
+/// The memory lock that keeps readers from missing a prewrite's computed
+/// commit_ts while its write is in flight.
+fn memory_lock(
+    props: &TransactionProperties,
+    lock_type: LockType,
+    min_commit_ts: TimeStamp,
+    bound: CommitBound,
+) -> Lock {
+    let mut lock = Lock::new(
+        lock_type,
+        props.primary.clone(),
+        props.start_ts,
+        props.lock_ttl,
+    );
+    lock.min_commit_ts = min_commit_ts;
+    lock.use_async_commit = matches!(bound, CommitBound::Async);
+    lock.use_one_pc = matches!(bound, CommitBound::OnePc);
+    lock
 }
 
 /// Adds the notifications of the watched keys `notify` to a prewrite that

@@ -45,6 +45,7 @@ impl Lock {
     }
 
     /// Whether the command needs no latch at all.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.required_hashes.is_empty()
     }

@@ -4,7 +4,7 @@
 //!
 //! 1. **Submit**: refused with [`Error::SchedTooBusy`] if the scheduler
 //!    already holds `max_pending` commands; otherwise it gets an id and its
-//!    latches ([`latches`]) are generated from its keys.
+//!    latches (`latches.rs`) are generated from its keys.
 //! 2. **Latches**: if every latch is free it goes to the worker pool at
 //!    once; otherwise it waits, and the command releasing the latch ahead
 //!    of it wakes it (arrival order per key).
@@ -24,7 +24,7 @@
 //!
 //! Read commands take no latches: they run on a worker over a snapshot.
 
-pub mod latches;
+pub(crate) mod latches;
 mod pending;
 
 use std::collections::HashMap;
@@ -398,6 +398,10 @@ impl<E: Engine> Inner<E> {
         if !this.latches.acquire(&mut task.lock, cid) {
             return None;
         }
+        debug_assert!(
+            task.lock.acquired(),
+            "a command runs only holding every latch"
+        );
         Some(tasks.remove(&cid).expect("present above"))
     }
 
@@ -474,7 +478,7 @@ impl<E: Engine> Inner<E> {
                 let result = self
                     .engine
                     .write(&finish.batch, options)
-                    .map_err(|e| Error::WriteFailed(Arc::new(e)));
+                    .map_err(Error::from);
                 self.complete(cid, &lock, finish, result);
             }
         }
@@ -553,7 +557,7 @@ fn group_commit_loop<E: Engine>(
         };
         let result = result.map_err(Arc::new);
         for Written { cid, lock, finish } in group {
-            let result = result.clone().map_err(Error::WriteFailed);
+            let result = result.clone().map_err(Error::Engine);
             inner.complete(cid, &lock, finish, result);
         }
     }

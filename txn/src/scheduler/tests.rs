@@ -49,7 +49,7 @@ fn a_failed_write_answers_the_error_and_releases_latches_and_memory_locks() {
     engine.fail_next_writes(1);
     let async_put = put("k", 10).async_commit(vec![], TimeStamp::zero());
     let err = storage.prewrite(async_put.clone()).unwrap_err();
-    assert!(matches!(err, Error::WriteFailed(_)), "{err}");
+    assert!(matches!(err, Error::Engine(_)), "{err}");
     let cm = storage.concurrency_manager();
     assert_eq!(cm.read_key_check(&key("k"), |_, _| Err(())), Ok(()));
     assert_eq!(cm.global_min_lock_ts(), None);
@@ -57,7 +57,7 @@ fn a_failed_write_answers_the_error_and_releases_latches_and_memory_locks() {
     // Nothing was written, and the same request now succeeds.
     assert_eq!(storage.get(key("k"), ts(100)).unwrap(), None);
     let result = storage.prewrite(async_put).unwrap();
-    assert_eq!(result.min_commit_ts, ts(101), "above the get at 100");
+    assert_eq!(result.min_commit_ts, Some(ts(101)), "above the get at 100");
     storage.commit(vec![key("k")], ts(10), ts(101)).unwrap();
     assert_eq!(storage.get(key("k"), ts(101)).unwrap(), Some(b"v".to_vec()));
 }
@@ -110,7 +110,7 @@ fn a_failed_group_write_fails_every_command_of_the_group() {
     let failed = answers
         .into_iter()
         .map(Pending::wait)
-        .filter(|r| matches!(r, Err(Error::WriteFailed(_))))
+        .filter(|r| matches!(r, Err(Error::Engine(_))))
         .count();
     // Two engine writes failed; each took at least one command with it, and
     // exactly the commands that were not written report failure.

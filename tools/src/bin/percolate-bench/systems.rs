@@ -11,10 +11,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use percolate::engine::Durability;
-use percolate::txn::scheduler::SchedulerConfig;
-use percolate::txn::storage::StorageConfig;
 use percolate::{Client, ClientConfig, CommitProtocol, OpenOptions, PessimisticTransaction};
+use percolate_engine::Durability;
+use percolate_txn::scheduler::SchedulerConfig;
+use percolate_txn::storage::StorageConfig;
 use rocksdb::{
     BlockBasedOptions, Cache, DB, ErrorKind, MultiThreaded, Options, ReadOptions, TransactionDB,
     TransactionDBOptions, TransactionOptions, WaitForCompactOptions, WriteBatch,
@@ -284,7 +284,7 @@ fn rocks_options() -> Options {
     opts.set_enable_pipelined_write(true);
     opts.set_write_buffer_size(64 << 20);
     // The same as percolate's own RocksDB.
-    opts.set_compression_per_level(&percolate::engine::COMPRESSION_PER_LEVEL);
+    opts.set_compression_per_level(&percolate_engine::COMPRESSION_PER_LEVEL);
     opts.set_block_based_table_factory(&table);
     opts
 }
@@ -697,7 +697,7 @@ impl Percolate {
         };
         if kind == Kind::OnePcNoMetrics {
             options.storage.metrics =
-                std::sync::Arc::new(percolate::txn::metrics::Metrics::disabled());
+                std::sync::Arc::new(percolate_txn::metrics::Metrics::disabled());
             options.engine.statistics = false;
         }
         Ok(Percolate {

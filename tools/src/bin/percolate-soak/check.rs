@@ -6,10 +6,10 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use percolate::engine::Cf;
-use percolate::mvcc::{Key, LockInfo, LockType, TimeStamp, WriteType};
-use percolate::txn::client::MAX_BATCH;
 use percolate::{Client, Snapshot};
+use percolate_engine::Cf;
+use percolate_mvcc::{Key, LockInfo, LockType, TimeStamp, WriteType};
+use percolate_txn::client::MAX_BATCH;
 
 use super::{
     DoomedValue, Failure, INITIAL_BALANCE, MarkerValue, REGIONS, TxnId, WriterReport, accounts,

@@ -102,11 +102,11 @@
 //! fsynced. That survives the death of the process (which is what `kill -9`
 //! tests: the kernel still writes the pages out) but not a power loss or a
 //! kernel crash. A power-loss test needs [`Durability::Sync`]
-//! (`percolate::engine::Durability`) and a machine to pull the plug on.
+//! (`percolate_engine::Durability`) and a machine to pull the plug on.
 //!
-//! [`Durability::Sync`]: percolate::engine::Durability::Sync
+//! [`Durability::Sync`]: percolate_engine::Durability::Sync
 //! [`Client::open_with`]: percolate::Client::open_with
-//! [`SHORT_VALUE_MAX_LEN`]: percolate::mvcc::SHORT_VALUE_MAX_LEN
+//! [`SHORT_VALUE_MAX_LEN`]: percolate_mvcc::SHORT_VALUE_MAX_LEN
 
 pub mod check;
 pub mod writer;
@@ -120,7 +120,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use percolate::ClientConfig;
-use percolate::mvcc::SHORT_VALUE_MAX_LEN;
+use percolate_mvcc::SHORT_VALUE_MAX_LEN;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -10,14 +10,14 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use percolate::engine::RocksEngine;
-use percolate::mvcc::{Key, LockType, TimeStamp};
-use percolate::txn::client::{lock_directory, timestamp_floor};
-use percolate::txn::cluster::Cluster;
-use percolate::txn::concurrency_manager::MaxTsLimit;
-use percolate::txn::oracle::{LocalOracle, SystemClock, TimestampOracle};
-use percolate::txn::storage::StorageConfig;
 use percolate::{Client, CommitInfo, PessimisticTransaction, Transaction};
+use percolate_engine::RocksEngine;
+use percolate_mvcc::{Key, LockType, TimeStamp};
+use percolate_txn::client::{lock_directory, timestamp_floor};
+use percolate_txn::cluster::Cluster;
+use percolate_txn::concurrency_manager::MaxTsLimit;
+use percolate_txn::oracle::{LocalOracle, SystemClock, TimestampOracle};
+use percolate_txn::storage::StorageConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -337,7 +337,7 @@ impl<E: Engine> Shared<E> {
                     counters.errors.fetch_add(1, Ordering::Relaxed);
                     return Err(Error::Observer {
                         name: observer.name.clone(),
-                        key: raw,
+                        key: Key::from_raw(&raw),
                         source: Box::new(e),
                     });
                 }
