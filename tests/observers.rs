@@ -17,6 +17,7 @@ use percolate::txn::actions::prewrite::Mutation;
 use percolate::txn::client::Client;
 use percolate::txn::commands::Prewrite;
 use percolate::txn::notify::{Notification, NotifyKind};
+use percolate::txn::storage::Storage;
 use percolate::{Error, Watch, WorkerConfig, Workers};
 
 /// A client over `engine` with two regions (split at `m`), so observer
@@ -373,16 +374,7 @@ fn a_writer_that_commits_after_the_observer_read_is_not_missed<E: Engine>(client
     let runs = upper_case(client, "upper", Watch::prefix("doc/"), "up/");
     put(client, "doc/1", "old");
     workers(client).run_until_idle().unwrap();
-    let storage = client.cluster().region_for(b"doc/1").storage();
-    let start_ts = client.current_ts().unwrap();
-    let key = Key::from_raw(b"doc/1");
-    let mut prewrite = Prewrite::new(
-        vec![Mutation::put(key.clone(), b"new".to_vec())],
-        b"doc/1",
-        start_ts,
-    );
-    prewrite.notify = vec![key.clone()];
-    storage.prewrite(prewrite).unwrap();
+    let (storage, start_ts, key) = prewrite_notifying(client, "doc/1", "new");
     assert_eq!(client.observer_metrics().unwrap().pending, 1);
     std::thread::scope(|s| {
         let worker = s.spawn(|| workers(client).run_until_idle());
@@ -399,18 +391,31 @@ fn a_writer_that_commits_after_the_observer_read_is_not_missed<E: Engine>(client
     assert_eq!(client.observer_metrics().unwrap().pending, 0);
 }
 
-fn a_rolled_back_writer_leaves_a_notification_that_is_cleared<E: Engine>(client: &Client<E>) {
-    let runs = upper_case(client, "upper", Watch::prefix("doc/"), "up/");
-    let storage = client.cluster().region_for(b"doc/1").storage();
+/// A writer caught between its prewrite and its commit: `value` prewritten
+/// at `raw` (its own primary) through the key's region, with the strong
+/// notification a client would write. Returns the region's storage, the
+/// writer's start_ts and the key, for the test to commit or roll back.
+fn prewrite_notifying<'c, E: Engine>(
+    client: &'c Client<E>,
+    raw: &str,
+    value: &str,
+) -> (&'c Storage<E>, TimeStamp, Key) {
+    let storage = client.cluster().region_for(raw.as_bytes()).storage();
     let start_ts = client.current_ts().unwrap();
-    let key = Key::from_raw(b"doc/1");
+    let key = Key::from_raw(raw.as_bytes());
     let mut prewrite = Prewrite::new(
-        vec![Mutation::put(key.clone(), b"never".to_vec())],
-        b"doc/1",
+        vec![Mutation::put(key.clone(), value.as_bytes().to_vec())],
+        raw.as_bytes(),
         start_ts,
     );
     prewrite.notify = vec![key.clone()];
     storage.prewrite(prewrite).unwrap();
+    (storage, start_ts, key)
+}
+
+fn a_rolled_back_writer_leaves_a_notification_that_is_cleared<E: Engine>(client: &Client<E>) {
+    let runs = upper_case(client, "upper", Watch::prefix("doc/"), "up/");
+    let (storage, start_ts, key) = prewrite_notifying(client, "doc/1", "never");
     storage.batch_rollback(vec![key], start_ts).unwrap();
     workers(client).run_until_idle().unwrap();
     assert_eq!(runs.total(), 0);

@@ -63,6 +63,34 @@ fn assert_conflict(err: &Error, (start, cs, cc): (u64, u64, u64), reason: WriteC
     }
 }
 
+/// `AlreadyExist`, naming the existing version written by `existing_start`.
+#[track_caller]
+fn assert_already_exists(err: &Error, existing_start: u64) {
+    assert!(
+        matches!(
+            mvcc_err(err),
+            MvccError::AlreadyExist { existing_start_ts, .. } if *existing_start_ts == ts(existing_start)
+        ),
+        "{err}"
+    );
+}
+
+/// The error of a pessimistic prewrite inserting `k` with
+/// `DoConstraintCheck` at `start_ts` and `for_update_ts`, which must fail
+/// and change nothing.
+#[track_caller]
+fn insert_with_constraint_check<E: Engine>(
+    f: &TxnFixture<E>,
+    start_ts: u64,
+    for_update_ts: u64,
+) -> Error {
+    let props = pessimistic_props(b"k", start_ts, for_update_ts, 3000);
+    let insert =
+        Mutation::insert(key(b"k"), b"v".to_vec()).with_pessimistic_action(DoConstraintCheck);
+    f.assert_unchanged(|| f.prewrite(&props, vec![insert], None))
+        .unwrap_err()
+}
+
 #[track_caller]
 fn assert_lock_not_found(err: &Error, expected: PessimisticLockNotFoundReason) {
     match mvcc_err(err) {
@@ -325,13 +353,7 @@ fn d_return_values_existence_and_inserts<E: Engine>(f: TxnFixture<E>) {
     let err = f
         .assert_unchanged(|| f.acquire_pessimistic_lock(b"k", 10, true, &plain))
         .unwrap_err();
-    assert!(
-        matches!(
-            mvcc_err(&err),
-            MvccError::AlreadyExist { existing_start_ts, .. } if *existing_start_ts == ts(1)
-        ),
-        "{err}"
-    );
+    assert_already_exists(&err, 1);
     assert_eq!(
         f.acquire_pessimistic_lock(b"d", 10, true, &plain).unwrap(),
         PessimisticLockKeyResult::Empty
@@ -456,20 +478,11 @@ fn c24_do_constraint_check<E: Engine>(f: TxnFixture<E>) {
         })
         .unwrap_err();
     assert_conflict(&err, (10, 12, 15), WriteConflictReason::LazyUniquenessCheck);
-    let insert =
-        Mutation::insert(key(b"k"), b"v".to_vec()).with_pessimistic_action(DoConstraintCheck);
-    let props = pessimistic_props(b"k", 30, 30, 3000);
-    let err = f
-        .assert_unchanged(|| f.prewrite(&props, vec![insert], None))
-        .unwrap_err();
-    assert!(
-        matches!(mvcc_err(&err), MvccError::AlreadyExist { existing_start_ts, .. } if *existing_start_ts == ts(12)),
-        "{err}"
-    );
+    assert_already_exists(&insert_with_constraint_check(&f, 30, 30), 12);
     // Nothing newer and no value: the key is prewritten without a lock.
     let insert =
         Mutation::insert(key(b"new"), b"v".to_vec()).with_pessimistic_action(DoConstraintCheck);
-    f.must_prewrite_mutations(&props, vec![insert], None);
+    f.must_prewrite_mutations(&pessimistic_props(b"k", 30, 30, 3000), vec![insert], None);
     assert_eq!(f.must_locked(b"new", 30).for_update_ts, ts(30));
 }
 
@@ -603,18 +616,9 @@ fn skip_pessimistic_check_looks_for_newer_records_only_on_a_retry<E: Engine>(f: 
 /// Insert finds the value.
 fn c24_do_constraint_check_at_the_start_ts<E: Engine>(f: TxnFixture<E>) {
     f.must_put_committed(b"k", b"v", 5, 10);
-    let props = pessimistic_props(b"k", 10, 10, 3000);
-    let insert =
-        Mutation::insert(key(b"k"), b"v".to_vec()).with_pessimistic_action(DoConstraintCheck);
-    let err = f
-        .assert_unchanged(|| f.prewrite(&props, vec![insert], None))
-        .unwrap_err();
-    assert!(
-        matches!(mvcc_err(&err), MvccError::AlreadyExist { existing_start_ts, .. } if *existing_start_ts == ts(5)),
-        "{err}"
-    );
+    assert_already_exists(&insert_with_constraint_check(&f, 10, 10), 5);
     f.must_prewrite_mutations(
-        &props,
+        &pessimistic_props(b"k", 10, 10, 3000),
         vec![pessimistic_put(b"k", b"v2", DoConstraintCheck)],
         None,
     );

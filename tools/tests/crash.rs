@@ -35,6 +35,8 @@
 #[path = "../src/bin/percolate-soak/crash.rs"]
 mod crash;
 
+mod support;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -50,15 +52,6 @@ const KILLS: usize = 10;
 const BUDGET: Duration = Duration::from_secs(60);
 /// Writer threads.
 const THREADS: usize = 3;
-
-fn seed() -> u64 {
-    let seed = std::env::var("PERCOLATE_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("crash test seed: {seed} (PERCOLATE_CRASH_SEED={seed} to replay)");
-    seed
-}
 
 /// A kill point: one time in four at a random moment of the writer's start
 /// (RocksDB's recovery, the oracle's start, the bank's creation), otherwise
@@ -140,7 +133,7 @@ fn kill_9_at_random_moments_loses_no_commit_and_shows_no_partial_transaction() {
     watchdog(300);
     let exe = Path::new(env!("CARGO_BIN_EXE_percolate-soak"));
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = StdRng::seed_from_u64(seed());
+    let mut rng = StdRng::seed_from_u64(support::seed("crash test"));
     let mut state = State::load(dir.path()).unwrap();
     let started = Instant::now();
     let mut committed = 0;
@@ -214,7 +207,7 @@ fn kill_9_at_random_moments_loses_no_commit_and_shows_no_partial_transaction() {
 fn erase_and_check(all: bool) -> (TxnId, Vec<String>) {
     let exe = Path::new(env!("CARGO_BIN_EXE_percolate-soak"));
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = StdRng::seed_from_u64(seed());
+    let mut rng = StdRng::seed_from_u64(support::seed("crash test"));
     let mut state = State::load(dir.path()).unwrap();
     for _ in 0..2 {
         let outcome = run(
@@ -329,7 +322,7 @@ fn an_early_transaction_erased_whole_is_missing_from_its_round() {
 fn soak_data_without_its_ledger_is_refused() {
     let exe = Path::new(env!("CARGO_BIN_EXE_percolate-soak"));
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = StdRng::seed_from_u64(seed());
+    let mut rng = StdRng::seed_from_u64(support::seed("crash test"));
     let mut state = State::load(dir.path()).unwrap();
     let outcome = run(
         exe,

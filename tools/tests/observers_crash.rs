@@ -19,6 +19,8 @@
 #[path = "../../examples/indexer/pipeline.rs"]
 mod pipeline;
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -32,15 +34,6 @@ use rand::{Rng, SeedableRng};
 const KILLS: usize = 12;
 /// Check after every this many kills (and after the last).
 const CHECK_EVERY: usize = 4;
-
-fn seed() -> u64 {
-    let seed = std::env::var("PERCOLATE_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("observer crash test seed: {seed} (PERCOLATE_CRASH_SEED={seed} to replay)");
-    seed
-}
 
 /// Runs one writer and kills it: a quarter of the time during its start
 /// (RocksDB's recovery, the workers' first scans of what the last one
@@ -109,7 +102,7 @@ fn check(dir: &Path) -> (usize, u64) {
 fn observers_survive_kill_9_without_missing_or_repeating_a_change() {
     let exe = Path::new(env!("CARGO_BIN_EXE_percolate-soak"));
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = StdRng::seed_from_u64(seed());
+    let mut rng = StdRng::seed_from_u64(support::seed("observer crash test"));
     let started = Instant::now();
     let mut ready = 0;
     for kill in 1..=KILLS {

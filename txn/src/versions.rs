@@ -473,6 +473,13 @@ impl VersionHints for VersionCache {
 mod tests {
     use super::*;
 
+    /// A commit of `key` at `version` writing `record`: noted, then
+    /// confirmed at the write's `epoch`.
+    fn commit(cache: &VersionCache, key: &Key, version: u64, record: &[u8], epoch: u64) {
+        cache.note(key, TimeStamp::new(version), record);
+        cache.confirm(key, TimeStamp::new(version), Some(epoch));
+    }
+
     /// The hint of `key`, without its record.
     fn hint(cache: &VersionCache, key: &Key) -> Option<(TimeStamp, u64)> {
         cache.newest_data_version(key, &mut Vec::new())
@@ -495,11 +502,9 @@ mod tests {
         let keys = keys_of_one_pair(3);
         let a = &keys[0];
         cache.note(a, TimeStamp::new(20), b"a@20");
-        cache.note(a, TimeStamp::new(30), b"a@30");
-        cache.confirm(a, TimeStamp::new(30), Some(2));
+        commit(&cache, a, 30, b"a@30", 2);
         for (other, version) in [(&keys[1], 40), (&keys[2], 41)] {
-            cache.note(other, TimeStamp::new(version), b"");
-            cache.confirm(other, TimeStamp::new(version), Some(3));
+            commit(&cache, other, version, b"", 3);
         }
         assert_eq!(hint(&cache, a), None);
         cache.offer(a, TimeStamp::new(20), 1);
@@ -511,8 +516,7 @@ mod tests {
     fn an_offer_revives_a_hint_whose_epoch_moved_on() {
         let cache = VersionCache::default();
         let a = Key::from_raw(b"a");
-        cache.note(&a, TimeStamp::new(10), b"a@10");
-        cache.confirm(&a, TimeStamp::new(10), Some(3));
+        commit(&cache, &a, 10, b"a@10", 3);
         // Another record of the bucket moved the epoch to 5; a read that
         // found a@10 the newest at epoch 5 offers it.
         cache.offer(&a, TimeStamp::new(10), 5);
@@ -528,8 +532,7 @@ mod tests {
         cache.offer(&a, TimeStamp::new(20), 9);
         assert_eq!(hint(&cache, &a), None);
         // A retried note of it brings the bytes it writes now.
-        cache.note(&a, TimeStamp::new(20), b"a@20, again");
-        cache.confirm(&a, TimeStamp::new(20), Some(10));
+        commit(&cache, &a, 20, b"a@20, again", 10);
         assert_eq!(
             hint_and_record(&cache, &a),
             Some((TimeStamp::new(20), 10, b"a@20, again".to_vec()))
@@ -540,8 +543,7 @@ mod tests {
     fn a_hint_carries_the_record_its_commit_noted_or_a_read_filled() {
         let cache = VersionCache::default();
         let a = Key::from_raw(b"a");
-        cache.note(&a, TimeStamp::new(10), b"record@10");
-        cache.confirm(&a, TimeStamp::new(10), Some(3));
+        commit(&cache, &a, 10, b"record@10", 3);
         assert_eq!(
             hint_and_record(&cache, &a),
             Some((TimeStamp::new(10), 3, b"record@10".to_vec()))
@@ -568,15 +570,13 @@ mod tests {
         // A newer commit's record replaces it; a record too long to hold
         // leaves only the version.
         let long = vec![7u8; RECORD_WORDS * 8 + 1];
-        cache.note(&a, TimeStamp::new(30), &long);
-        cache.confirm(&a, TimeStamp::new(30), Some(6));
+        commit(&cache, &a, 30, &long, 6);
         assert_eq!(
             hint_and_record(&cache, &a),
             Some((TimeStamp::new(30), 6, Vec::new()))
         );
         let longest = vec![9u8; RECORD_WORDS * 8];
-        cache.note(&a, TimeStamp::new(40), &longest);
-        cache.confirm(&a, TimeStamp::new(40), Some(7));
+        commit(&cache, &a, 40, &longest, 7);
         assert_eq!(
             hint_and_record(&cache, &a),
             Some((TimeStamp::new(40), 7, longest))
@@ -635,8 +635,7 @@ mod tests {
         let keys = keys_of_one_pair(3);
         let [first, second, third] = [&keys[0], &keys[1], &keys[2]];
         let note = |key: &Key, version: u64| {
-            cache.note(key, TimeStamp::new(version), b"");
-            cache.confirm(key, TimeStamp::new(version), Some(version));
+            commit(&cache, key, version, b"", version);
         };
         note(first, 5);
         note(second, 7);
@@ -673,8 +672,7 @@ mod tests {
         let cache = VersionCache::default();
         let long = Key::from_raw(&[7u8; 60]);
         assert!(long.as_encoded().len() > KEY_WORDS * 8);
-        cache.note(&long, TimeStamp::new(5), b"");
-        cache.confirm(&long, TimeStamp::new(5), Some(1));
+        commit(&cache, &long, 5, b"", 1);
         cache.offer(&long, TimeStamp::new(6), 2);
         assert_eq!(hint(&cache, &long), None);
         // The longest key held inline has hints.
@@ -688,8 +686,7 @@ mod tests {
     fn a_table_sized_below_one_pair_per_shard_holds_nothing() {
         let cache = VersionCache::with_bytes(1000);
         let key = Key::from_raw(b"k");
-        cache.note(&key, TimeStamp::new(5), b"record");
-        cache.confirm(&key, TimeStamp::new(5), Some(1));
+        commit(&cache, &key, 5, b"record", 1);
         cache.offer(&key, TimeStamp::new(5), 1);
         assert_eq!(hint(&cache, &key), None);
         // One pair per shard is a table.
