@@ -36,6 +36,7 @@ mod batch;
 mod epochs;
 mod error;
 mod lock_mirror;
+pub mod mem;
 mod memory;
 mod rocks;
 mod stats;
@@ -330,6 +331,15 @@ pub trait Engine: Clone + Send + Sync + 'static {
         None
     }
 
+    /// Starts bringing into the CPU's caches what
+    /// [`write_epoch`](Self::write_epoch) and
+    /// [`write_ts_ceiling`](Self::write_ts_ceiling) of `prefix` and a write
+    /// of a record under it will read, without waiting (see [`mem`]). A
+    /// hint for speed only; does nothing by default.
+    fn prefetch_bookkeeping(&self, prefix: &[u8]) {
+        let _ = prefix;
+    }
+
     /// The engine's own statistics (RocksDB's tickers and sizes), if it
     /// keeps any. Defaults to `None`.
     fn stats(&self) -> Option<EngineStats> {
@@ -425,6 +435,10 @@ macro_rules! forward_engine_bookkeeping {
 
         fn holds_no_locks(&self) -> bool {
             $crate::Engine::holds_no_locks(&self.$inner)
+        }
+
+        fn prefetch_bookkeeping(&self, prefix: &[u8]) {
+            $crate::Engine::prefetch_bookkeeping(&self.$inner, prefix)
         }
     };
 }

@@ -711,6 +711,10 @@ impl Engine for RocksEngine {
         Some(self.inner.epochs.ts_ceiling(prefix))
     }
 
+    fn prefetch_bookkeeping(&self, prefix: &[u8]) {
+        self.inner.epochs.prefetch(prefix);
+    }
+
     /// From the lock mirror, which holds a lock from just after it is
     /// written until just after it is deleted.
     fn holds_no_locks(&self) -> bool {

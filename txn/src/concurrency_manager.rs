@@ -164,17 +164,9 @@ impl Inner {
 /// Shards of the memory lock table.
 const LOCK_SHARDS: usize = 32;
 
-/// The shard of `key`: a multiplicative hash of its encoded bytes, eight at
-/// a time (the keys of one workload often differ only in their last bytes).
+/// The shard of `key`, from the high bits of its hash (the best mixed).
 fn shard_of(key: &Key) -> usize {
-    let mut hash = 0u64;
-    for chunk in key.as_encoded().chunks(8) {
-        let mut word = [0u8; 8];
-        word[..chunk.len()].copy_from_slice(chunk);
-        hash = (hash.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-    // The high bits are the best mixed.
-    (hash >> 58) as usize % LOCK_SHARDS
+    (percolate_engine::mem::key_hash(key.as_encoded()) >> 58) as usize % LOCK_SHARDS
 }
 
 /// One shard of the memory lock table. Aligned so that shards (and their
@@ -317,6 +309,14 @@ impl ConcurrencyManager {
     /// The table pessimistic lock requests wait in.
     pub fn lock_waits(&self) -> &LockWaits {
         &self.inner.lock_waits
+    }
+
+    /// Starts bringing into the CPU's caches what a write command on `key`
+    /// will touch here: its shard of the memory lock table and its version
+    /// hint (see [`percolate_engine::mem`]).
+    pub fn prefetch(&self, key: &Key) {
+        percolate_engine::mem::prefetch(&**self.inner.shard(key));
+        self.inner.versions.prefetch(key);
     }
 
     /// Notes the newest data versions a write command is about to write

@@ -149,18 +149,7 @@ impl Packed {
             return None;
         }
         let words: [u64; KEY_WORDS] = pack(bytes);
-        // The FxHash step over the words and the length, then MurmurHash3's
-        // finalizer, so that keys differing in a few bits of one word
-        // spread over every slot.
-        let mut hash = bytes.len() as u64;
-        for word in &words[..bytes.len().div_ceil(8)] {
-            hash = (hash.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
-        hash ^= hash >> 33;
-        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        hash ^= hash >> 33;
-        hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        hash ^= hash >> 33;
+        let hash = percolate_engine::mem::key_hash(bytes);
         // A pair of slots: the first of the two, always even.
         let index = (hash as usize) % (SHARDS * slots_per_shard / 2) * 2;
         Some(Packed {
@@ -294,6 +283,20 @@ impl VersionCache {
     /// `key` packed, with its slots in this table.
     fn pack(&self, key: &Key) -> Option<Packed> {
         Packed::new(key, self.slots_per_shard)
+    }
+
+    /// Starts bringing `key`'s two slots (the lines a lookup reads) into
+    /// the CPU's caches, if its shard has its slots yet.
+    pub(crate) fn prefetch(&self, key: &Key) {
+        let Some(key) = self.pack(key) else {
+            return;
+        };
+        if let Some(slots) = self.shards[key.shard].slots.get() {
+            for slot in &slots[key.slot..key.slot + 2] {
+                percolate_engine::mem::prefetch(slot);
+                percolate_engine::mem::prefetch(&slot.key[KEY_WORDS - 1]);
+            }
+        }
     }
 
     /// The slots of `key`'s shard, allocated if needed.

@@ -447,6 +447,12 @@ impl<'a, E: Engine> Committer<'a, E> {
             pessimism.as_ref().map(|p| p.primary.clone()),
             plan_limits(&client.config),
         );
+        let regions = client.cluster.regions();
+        for (region, mutations) in &plan.batches {
+            regions[*region]
+                .storage()
+                .prefetch(mutations.iter().map(|m| &m.key));
+        }
         let batches = plan
             .batches
             .into_iter()

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use percolate_engine::Snapshot;
 use percolate_mvcc::{Key, Lock, LockType, TimeStamp};
 
-use super::{WriteCommand, WriteContext, WriteResult, require_keys};
+use super::{WriteCommand, WriteContext, WriteResult};
 use crate::actions::prewrite::{
     CommitKind, Mutation, MutationKind, PrewriteResult, TransactionProperties, prewrite_mutations,
 };
@@ -113,8 +113,9 @@ impl Prewrite {
     /// Checks the arguments, the sizes among them (see
     /// [`Limit`](crate::Limit)).
     fn check(&self) -> Result<()> {
-        let keys: Vec<Key> = self.mutations.iter().map(|m| m.key.clone()).collect();
-        require_keys(&keys, "prewrite needs at least one mutation")?;
+        if self.mutations.is_empty() {
+            return Err(invalid("prewrite needs at least one mutation", None));
+        }
         if self.props.start_ts.is_zero() {
             return Err(invalid("prewrite needs a non-zero start_ts", None));
         }
@@ -130,15 +131,31 @@ impl Prewrite {
                 .iter()
                 .map(|m| (raw_len(&m.key), value_len(&m.kind))),
         )?;
-        let mut seen = std::collections::HashSet::with_capacity(keys.len());
-        if let Some(dup) = keys.into_iter().find(|k| !seen.insert(k.clone())) {
-            return Err(invalid(
+        match first_repeated(self.mutations.iter().map(|m| &m.key)) {
+            Some(dup) => Err(invalid(
                 "a key appears twice among the mutations",
-                Some(dup),
-            ));
+                Some(dup.clone()),
+            )),
+            None => Ok(()),
         }
-        Ok(())
     }
+}
+
+/// The first of `keys` (in order) that an earlier one repeats, if any:
+/// compared pairwise for the few keys of most commands, through a hash set
+/// of references for more, never copying a key.
+fn first_repeated<'k>(keys: impl ExactSizeIterator<Item = &'k Key> + Clone) -> Option<&'k Key> {
+    if keys.len() <= 16 {
+        let all = keys.clone();
+        return keys.enumerate().find_map(|(i, key)| {
+            all.clone()
+                .take(i)
+                .any(|earlier| earlier == key)
+                .then_some(key)
+        });
+    }
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    keys.into_iter().find(|key| !seen.insert(*key))
 }
 
 /// The length of the raw key `key` encodes, read from its last marker
@@ -228,10 +245,9 @@ impl WriteCommand for Prewrite {
             // nothing to write: no computed commit_ts to protect.
             None => publish.publish(|_| None),
             Some((min_commit_ts, bound)) => {
-                let kinds: HashMap<&Key, &MutationKind> =
-                    mutations.iter().map(|m| (&m.key, &m.kind)).collect();
+                let kind_of = kind_lookup(&mutations);
                 publish.publish(|key| {
-                    let lock_type = lock_type(kinds.get(key)?)?;
+                    let lock_type = lock_type(kind_of(key)?)?;
                     Some(memory_lock(&props, lock_type, min_commit_ts, bound))
                 });
             }
@@ -247,6 +263,17 @@ impl WriteCommand for Prewrite {
             notify_with(&mut written, &notify, props.start_ts);
         }
         Ok(written)
+    }
+}
+
+/// The kind of the mutation of a key among `mutations`: searched in
+/// place for the few of most commands, through a hash map for more.
+fn kind_lookup<'m>(mutations: &'m [Mutation]) -> impl Fn(&Key) -> Option<&'m MutationKind> {
+    let index: Option<HashMap<&Key, &MutationKind>> =
+        (mutations.len() > 16).then(|| mutations.iter().map(|m| (&m.key, &m.kind)).collect());
+    move |key| match &index {
+        Some(index) => index.get(key).copied(),
+        None => mutations.iter().find(|m| &m.key == key).map(|m| &m.kind),
     }
 }
 

@@ -21,9 +21,9 @@
 //! comes from the checks the actions make (locks, write conflicts).
 
 use std::collections::VecDeque;
-use std::hash::{BuildHasher, Hash};
 
 use parking_lot::Mutex;
+use percolate_engine::mem::{key_hash, prefetch};
 
 /// Identifies a command while it holds or waits for latches.
 pub type CommandId = u64;
@@ -51,18 +51,57 @@ impl Lock {
     }
 }
 
-type Slot = VecDeque<(u64, CommandId)>;
+/// The FIFO of `(hash, command)` entries of one slot: its first entry
+/// inline (the common case, one command on the slot's keys, then touches
+/// only the slot's own cache line), the others behind it. Invariant:
+/// `rest` is empty while `first` is.
+#[derive(Default)]
+struct Queue {
+    first: Option<(u64, CommandId)>,
+    rest: VecDeque<(u64, CommandId)>,
+}
+
+impl Queue {
+    fn iter(&self) -> impl Iterator<Item = &(u64, CommandId)> {
+        self.first.iter().chain(&self.rest)
+    }
+
+    fn contains(&self, entry: &(u64, CommandId)) -> bool {
+        self.iter().any(|e| e == entry)
+    }
+
+    fn push_back(&mut self, entry: (u64, CommandId)) {
+        if self.first.is_none() {
+            self.first = Some(entry);
+        } else {
+            self.rest.push_back(entry);
+        }
+    }
+
+    /// Removes the entry at `pos` (in FIFO order), which exists.
+    fn remove(&mut self, pos: usize) {
+        if pos == 0 {
+            self.first = self.rest.pop_front();
+        } else {
+            self.rest.remove(pos - 1);
+        }
+    }
+}
+
+/// One slot, on a cache line of its own.
+#[derive(Default)]
+#[repr(align(64))]
+struct Slot(Mutex<Queue>);
 
 /// The first command waiting in `slot` with `hash`.
-fn first_with(slot: &Slot, hash: u64) -> Option<CommandId> {
+fn first_with(slot: &Queue, hash: u64) -> Option<CommandId> {
     slot.iter().find(|(h, _)| *h == hash).map(|&(_, cid)| cid)
 }
 
 /// A fixed set of slots the key hashes of waiting and running commands
 /// live in.
 pub struct Latches {
-    slots: Vec<Mutex<Slot>>,
-    hasher: std::hash::RandomState,
+    slots: Vec<Slot>,
 }
 
 impl std::fmt::Debug for Latches {
@@ -78,17 +117,14 @@ impl Latches {
     pub fn new(size: usize) -> Self {
         let size = size.max(1).next_power_of_two();
         Latches {
-            slots: (0..size).map(|_| Mutex::new(VecDeque::new())).collect(),
-            hasher: std::hash::RandomState::new(),
+            slots: (0..size).map(|_| Slot::default()).collect(),
         }
     }
 
-    /// The lock a command on `keys` must acquire.
-    pub fn gen_lock<K: Hash>(&self, keys: impl IntoIterator<Item = K>) -> Lock {
-        let mut required_hashes: Vec<u64> = keys
-            .into_iter()
-            .map(|key| self.hasher.hash_one(key))
-            .collect();
+    /// The lock a command on `keys` (their bytes) must acquire.
+    pub fn gen_lock<K: AsRef<[u8]>>(&self, keys: impl IntoIterator<Item = K>) -> Lock {
+        let mut required_hashes: Vec<u64> =
+            keys.into_iter().map(|key| key_hash(key.as_ref())).collect();
         required_hashes.sort_unstable();
         required_hashes.dedup();
         Lock {
@@ -97,8 +133,13 @@ impl Latches {
         }
     }
 
-    fn slot(&self, hash: u64) -> &Mutex<Slot> {
-        &self.slots[(hash as usize) & (self.slots.len() - 1)]
+    fn slot(&self, hash: u64) -> &Mutex<Queue> {
+        &self.slots[(hash as usize) & (self.slots.len() - 1)].0
+    }
+
+    /// Starts bringing the slot of the key `bytes` into the CPU's caches.
+    pub fn prefetch(&self, bytes: &[u8]) {
+        prefetch(self.slot(key_hash(bytes)));
     }
 
     /// Takes as many of `lock`'s hashes as possible for command `cid`, in

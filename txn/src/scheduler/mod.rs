@@ -11,9 +11,10 @@
 //! 3. **Process** on a worker: a snapshot taken after the latches, the
 //!    command's action over it, the modifications buffered. An error or a
 //!    panic ends here: nothing is written. A caller that would only block
-//!    on the answer (the client's last prewrite batch) submits with
-//!    `Scheduler::submit_write_inline`: when its latches are free at once
-//!    it is processed on the caller's thread, saving two thread wake-ups.
+//!    on the answer (a blocking command, the client's last prewrite batch)
+//!    runs it with `Scheduler::run_inline`: when its latches are free at
+//!    once it is processed and written on the caller's thread, saving two
+//!    thread wake-ups, the boxed job and the reply slot.
 //! 4. **Write**: all the modifications in one atomic engine write. With
 //!    [`Durability::Sync`], writes go to a single writer thread that groups
 //!    the writes of concurrent commands into one synced engine write (group
@@ -77,8 +78,9 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// What a write command produced: its modifications, the memory locks to
-/// hold until they are written, and how to answer once they are.
+/// What a write command produced: its modifications and the memory locks
+/// to hold until they are written.
+#[derive(Default)]
 pub(crate) struct Finish {
     pub(crate) batch: WriteBatch,
     pub(crate) guards: Vec<KeyGuard>,
@@ -87,10 +89,11 @@ pub(crate) struct Finish {
     pub(crate) committed: Vec<CommittedVersion>,
     /// The command's own durability, where it overrides the scheduler's.
     pub(crate) durability: Option<Durability>,
-    /// Called with the outcome of the engine write (`Ok` when there was
-    /// nothing to write).
-    pub(crate) reply: Box<dyn FnOnce(Result<()>) + Send>,
 }
+
+/// How a queued command answers, called with the outcome of its engine
+/// write (`Ok` when there was nothing to write).
+pub(crate) type Reply = Box<dyn FnOnce(Result<()>) + Send>;
 
 /// What a worker hands a write command: the engine to take a snapshot of,
 /// or the reason it must not run.
@@ -102,14 +105,33 @@ pub(crate) enum JobInput<'a, E> {
     Abort(Error),
 }
 
-type Job<E> = Box<dyn for<'a> FnOnce(JobInput<'a, E>) -> Finish + Send>;
+pub(crate) type Job<E> = Box<dyn for<'a> FnOnce(JobInput<'a, E>) -> (Finish, Reply) + Send>;
 type Work = Box<dyn FnOnce() + Send>;
+
+/// How long a write command may wait for its latches: one that does not
+/// hold them by `until` fails with [`Error::DeadlineExceeded`] instead of
+/// running.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WaitLimit {
+    sent: Instant,
+    until: Instant,
+}
+
+impl WaitLimit {
+    /// For a command sent now that may wait up to `max`.
+    pub(crate) fn from_now(max: std::time::Duration) -> Self {
+        let sent = Instant::now();
+        WaitLimit {
+            sent,
+            until: sent + max,
+        }
+    }
+}
 
 /// A write command waiting for, or holding, its latches.
 struct Task<E> {
     lock: latches::Lock,
-    submitted: Instant,
-    deadline: Option<Instant>,
+    limit: Option<WaitLimit>,
     job: Job<E>,
 }
 
@@ -118,6 +140,7 @@ struct Written {
     cid: CommandId,
     lock: latches::Lock,
     finish: Finish,
+    reply: Reply,
 }
 
 const TASK_SHARDS: usize = 64;
@@ -254,21 +277,23 @@ impl<E: Engine> Scheduler<E> {
     }
 
     /// Submits a write command on `keys`. `job` runs on a worker once the
-    /// latches are held, or is handed [`JobInput::Abort`] if the deadline
-    /// passed first; its `Finish` is written and answered as the module
+    /// latches are held, or is handed [`JobInput::Abort`] if its wait
+    /// limit passed first; its `Finish` is written and answered as the module
     /// documentation describes. Refused (`Err`, nothing run) when too busy.
     pub(crate) fn submit_write(
         &self,
         keys: &[Key],
-        deadline: Option<Instant>,
+        limit: Option<WaitLimit>,
         job: Job<E>,
     ) -> Result<()> {
         self.inner.admit()?;
         let cid = self.inner.next_cid.fetch_add(1, Ordering::Relaxed);
         let task = Task {
-            lock: self.inner.latches.gen_lock(keys),
-            submitted: Instant::now(),
-            deadline,
+            lock: self
+                .inner
+                .latches
+                .gen_lock(keys.iter().map(Key::as_encoded)),
+            limit,
             job,
         };
         self.inner.tasks[shard(cid)].lock().insert(cid, task);
@@ -278,34 +303,86 @@ impl<E: Engine> Scheduler<E> {
         Ok(())
     }
 
-    /// Like [`submit_write`](Self::submit_write), but a command whose
-    /// latches are all free at once is processed on the calling thread,
-    /// which returns once it is written (or handed to the group-commit
-    /// writer). A command that waits for latches is processed by a worker,
-    /// as any other. For callers that block on the answer anyway: it saves
-    /// the hand-off to a worker and back (two thread wake-ups).
-    pub(crate) fn submit_write_inline(
+    /// Runs a write command on the calling thread when its latches are all
+    /// free at once: processed, written (or handed to the group-commit
+    /// writer) and answered here, without boxing `job` or a reply slot.
+    /// A command that finds a latch taken waits for it as a submitted one
+    /// does, and a worker processes it. For callers that block on the
+    /// answer anyway: it saves the hand-off to a worker and back (two
+    /// thread wake-ups). `job` returns what to write and the answer once
+    /// it is written.
+    pub(crate) fn run_inline<T, F>(
         &self,
         keys: &[Key],
-        deadline: Option<Instant>,
-        job: Job<E>,
-    ) -> Result<()> {
-        self.inner.admit()?;
-        let cid = self.inner.next_cid.fetch_add(1, Ordering::Relaxed);
-        let task = Task {
-            lock: self.inner.latches.gen_lock(keys),
-            submitted: Instant::now(),
-            deadline,
-            job,
-        };
-        self.inner.tasks[shard(cid)].lock().insert(cid, task);
-        match Inner::try_acquire(&self.inner, cid) {
-            Some(task) => self.inner.process(cid, task),
-            None => {
-                self.inner.latch_waits.fetch_add(1, Ordering::Relaxed);
+        limit: Option<WaitLimit>,
+        job: F,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'a> FnOnce(JobInput<'a, E>) -> (Finish, Result<T>) + Send + 'static,
+    {
+        let inner = &self.inner;
+        inner.admit()?;
+        let cid = inner.next_cid.fetch_add(1, Ordering::Relaxed);
+        let mut lock = inner.latches.gen_lock(keys.iter().map(Key::as_encoded));
+        {
+            // Latches are acquired under the shard's mutex (see `tasks`);
+            // a command that must wait goes into the shard before the
+            // mutex is released, so the wake-up of its releaser finds it.
+            let mut tasks = inner.tasks[shard(cid)].lock();
+            if !inner.latches.acquire(&mut lock, cid) {
+                let (completer, answer) = pending();
+                let job: Job<E> = Box::new(move |input| {
+                    let (finish, output) = job(input);
+                    let reply: Reply = Box::new(move |written: Result<()>| {
+                        completer.complete(written.and(output));
+                    });
+                    (finish, reply)
+                });
+                let task = Task { lock, limit, job };
+                tasks.insert(cid, task);
+                drop(tasks);
+                inner.latch_waits.fetch_add(1, Ordering::Relaxed);
+                return answer.wait();
             }
         }
-        Ok(())
+        let Some(((finish, output), injected)) = inner.run_job(limit, job) else {
+            inner.release(cid, &lock);
+            return Err(Error::Aborted {
+                reason: "the command panicked",
+            });
+        };
+        let written = match injected.map(|()| inner.group_for(&finish)) {
+            Err(e) => Err(e),
+            Ok(Some(tx)) => {
+                let (completer, answer) = pending();
+                let reply: Reply = Box::new(move |written: Result<()>| {
+                    completer.complete(written.and(output));
+                });
+                inner.send_to_group(
+                    tx,
+                    Written {
+                        cid,
+                        lock,
+                        finish,
+                        reply,
+                    },
+                );
+                return answer.wait();
+            }
+            Ok(None) => inner.write_direct(&finish),
+        };
+        inner.complete(cid, &lock, finish, &written);
+        written.and(output)
+    }
+
+    /// Starts bringing into the CPU's caches what a write command on `key`
+    /// will touch in the scheduler and the engine (see
+    /// [`percolate_engine::mem`]).
+    pub(crate) fn prefetch(&self, key: &Key) {
+        self.inner.latches.prefetch(key.as_encoded());
+        self.inner.engine.prefetch_bookkeeping(key.as_encoded());
+        self.inner.cm.prefetch(key);
     }
 
     /// Whether each command's write is synced before it answers.
@@ -405,18 +482,51 @@ impl<E: Engine> Inner<E> {
         Some(tasks.remove(&cid).expect("present above"))
     }
 
-    /// Runs a command that holds its latches.
+    /// Runs a submitted command that holds its latches, writes what it
+    /// produced and answers.
     fn process(self: &Arc<Self>, cid: CommandId, task: Task<E>) {
-        let Task {
-            lock,
-            submitted,
-            deadline,
-            job,
-        } = task;
-        let input = match deadline {
-            Some(deadline) if Instant::now() > deadline => {
+        let Task { lock, limit, job } = task;
+        let Some(((finish, reply), injected)) = self.run_job(limit, job) else {
+            // The job's reply was dropped while unwinding (answered
+            // Aborted), and its memory-lock guards with it.
+            self.release(cid, &lock);
+            return;
+        };
+        let written = match injected.map(|()| self.group_for(&finish)) {
+            Err(e) => Err(e),
+            Ok(Some(tx)) => {
+                self.send_to_group(
+                    tx,
+                    Written {
+                        cid,
+                        lock,
+                        finish,
+                        reply,
+                    },
+                );
+                return;
+            }
+            Ok(None) => self.write_direct(&finish),
+        };
+        self.complete(cid, &lock, finish, &written);
+        reply(written);
+    }
+
+    /// Runs `job` for a command that holds its latches: handed the engine,
+    /// or the error of its passed wait limit. Returns what it returned with
+    /// the error a fail point injected after it (tests), or `None` if it
+    /// panicked. Fail points: `SCHED_PROCESS` fails or panics the command
+    /// before it runs, `SCHED_BEFORE_WRITE` after it ran; a panic of either
+    /// is caught here like the command's own.
+    fn run_job<R>(
+        &self,
+        limit: Option<WaitLimit>,
+        job: impl for<'a> FnOnce(JobInput<'a, E>) -> R,
+    ) -> Option<(R, Result<()>)> {
+        let input = match limit {
+            Some(limit) if Instant::now() > limit.until => {
                 JobInput::Abort(Error::DeadlineExceeded {
-                    waited: submitted.elapsed(),
+                    waited: limit.sent.elapsed(),
                 })
             }
             _ => JobInput::Run {
@@ -424,79 +534,78 @@ impl<E: Engine> Inner<E> {
                 cm: &self.cm,
             },
         };
-        // Fail points (tests): `SCHED_PROCESS` fails or panics the command
-        // before it runs, `SCHED_BEFORE_WRITE` after it ran; a panic of
-        // either is caught here like the command's own.
         let run = || {
             let input = match crate::fail::check(crate::fail::SCHED_PROCESS) {
                 Ok(()) => input,
                 Err(e) => JobInput::Abort(e),
             };
-            let finish = job(input);
-            (finish, crate::fail::check(crate::fail::SCHED_BEFORE_WRITE))
+            let output = job(input);
+            (output, crate::fail::check(crate::fail::SCHED_BEFORE_WRITE))
         };
-        let finish = match catch_unwind(AssertUnwindSafe(run)) {
-            Ok((finish, Err(injected))) => {
-                self.complete(cid, &lock, finish, Err(injected));
-                return;
-            }
-            Ok((finish, Ok(()))) => finish,
-            Err(_) => {
-                // The job's reply was dropped while unwinding (answered
-                // Aborted), and its memory-lock guards with it.
-                self.release(cid, &lock);
-                return;
-            }
-        };
+        catch_unwind(AssertUnwindSafe(run)).ok()
+    }
+
+    /// The group-commit writer, when it writes `finish`: a command's own
+    /// durability picks the path (the writer syncs, a direct write syncs
+    /// only if told to); an empty batch is never written.
+    fn group_for(&self, finish: &Finish) -> Option<&Sender<GroupMsg>> {
         if finish.batch.is_empty() {
-            self.complete(cid, &lock, finish, Ok(()));
-            return;
+            return None;
         }
-        // A command's own durability picks the path: the group-commit
-        // writer syncs, a direct write syncs only if told to.
-        let group_tx = match finish.durability {
+        match finish.durability {
             Some(Durability::Buffered) => None,
             Some(Durability::Sync) | None => self.group_tx.as_ref(),
-        };
-        match group_tx {
-            Some(tx) => {
-                let written = Written { cid, lock, finish };
-                if let Err(unsent) = tx.send(GroupMsg::Write(written)) {
-                    let GroupMsg::Write(Written { cid, lock, finish }) = unsent.0 else {
-                        unreachable!("sent a write");
-                    };
-                    let err = Error::Aborted {
-                        reason: "the storage shut down before the command was written",
-                    };
-                    self.complete(cid, &lock, finish, Err(err));
-                }
-            }
-            None => {
-                let options = WriteOptions {
-                    durability: finish.durability.unwrap_or(self.write_options.durability),
-                };
-                let result = self
-                    .engine
-                    .write(&finish.batch, options)
-                    .map_err(Error::from);
-                self.complete(cid, &lock, finish, result);
-            }
         }
     }
 
-    /// After the write: memory locks, then latches, then the answer.
+    /// Writes `finish` on this thread (nothing for an empty batch).
+    fn write_direct(&self, finish: &Finish) -> Result<()> {
+        if finish.batch.is_empty() {
+            return Ok(());
+        }
+        let options = WriteOptions {
+            durability: finish.durability.unwrap_or(self.write_options.durability),
+        };
+        self.engine
+            .write(&finish.batch, options)
+            .map_err(Error::from)
+    }
+
+    /// Hands a processed command to the group-commit writer; if the writer
+    /// has stopped, completes it with `Aborted` here.
+    fn send_to_group(self: &Arc<Self>, tx: &Sender<GroupMsg>, written: Written) {
+        if let Err(unsent) = tx.send(GroupMsg::Write(written)) {
+            let GroupMsg::Write(Written {
+                cid,
+                lock,
+                finish,
+                reply,
+            }) = unsent.0
+            else {
+                unreachable!("sent a write");
+            };
+            let err = Err(Error::Aborted {
+                reason: "the storage shut down before the command was written",
+            });
+            self.complete(cid, &lock, finish, &err);
+            reply(err);
+        }
+    }
+
+    /// After the write: the version hints and lock waiters learn of it,
+    /// then the memory locks go, then the latches (the caller answers
+    /// after).
     fn complete(
         self: &Arc<Self>,
         cid: CommandId,
         lock: &latches::Lock,
         finish: Finish,
-        result: Result<()>,
+        result: &Result<()>,
     ) {
         let Finish {
             batch,
             guards,
             committed,
-            reply,
             durability: _,
         } = finish;
         if result.is_ok() {
@@ -507,7 +616,6 @@ impl<E: Engine> Inner<E> {
         drop(batch);
         drop(guards);
         self.release(cid, lock);
-        reply(result);
     }
 
     fn release(self: &Arc<Self>, cid: CommandId, lock: &latches::Lock) {
@@ -553,12 +661,25 @@ fn group_commit_loop<E: Engine>(
             for written in &mut group {
                 batch.extend(std::mem::take(&mut written.finish.batch).into_modifies());
             }
-            inner.engine.write(&batch, inner.write_options)
+            let result = inner.engine.write(&batch, inner.write_options);
+            if result.is_ok() {
+                // Each command's completion below sees an empty batch: the
+                // locks the group deleted wake their waiters here.
+                inner.cm.lock_waits().release_deleted_locks(&batch);
+            }
+            result
         };
         let result = result.map_err(Arc::new);
-        for Written { cid, lock, finish } in group {
+        for Written {
+            cid,
+            lock,
+            finish,
+            reply,
+        } in group
+        {
             let result = result.clone().map_err(Error::Engine);
-            inner.complete(cid, &lock, finish, result);
+            inner.complete(cid, &lock, finish, &result);
+            reply(result);
         }
     }
 }

@@ -30,8 +30,19 @@ struct Shared<T> {
 /// [`Error::Aborted`].
 #[must_use = "a command's answer says whether it succeeded"]
 pub struct Pending<T> {
-    shared: Arc<Shared<T>>,
+    slot: Slot<T>,
 }
+
+/// Where a [`Pending`]'s answer is: shared with its [`Completer`], or
+/// already here (an answer known when it was made needs no allocation).
+enum Slot<T> {
+    /// `None` once a poll took it.
+    Here(Option<Result<T>>),
+    Shared(Arc<Shared<T>>),
+}
+
+// Nothing in a `Pending` is ever pinned in place: its answer is moved out.
+impl<T> Unpin for Pending<T> {}
 
 /// The sending half: answers a [`Pending`] once. Dropping it unanswered
 /// answers [`Error::Aborted`].
@@ -49,26 +60,32 @@ pub(crate) fn pending<T>() -> (Completer<T>, Pending<T>) {
         Completer {
             shared: Some(shared.clone()),
         },
-        Pending { shared },
+        Pending {
+            slot: Slot::Shared(shared),
+        },
     )
 }
 
 impl<T> Pending<T> {
     /// A reply slot already holding `result`.
     pub(crate) fn ready(result: Result<T>) -> Self {
-        let (completer, pending) = pending();
-        completer.complete(result);
-        pending
+        Pending {
+            slot: Slot::Here(Some(result)),
+        }
     }
 
     /// Blocks until the command answers.
     pub fn wait(self) -> Result<T> {
-        let mut state = self.shared.state.lock();
+        let shared = match self.slot {
+            Slot::Here(answer) => return answer.expect(TAKEN),
+            Slot::Shared(shared) => shared,
+        };
+        let mut state = shared.state.lock();
         loop {
             if let Some(result) = take_done(&mut state) {
                 return result;
             }
-            self.shared.ready.wait(&mut state);
+            shared.ready.wait(&mut state);
         }
     }
 
@@ -76,18 +93,17 @@ impl<T> Pending<T> {
     /// `Pending` back on timeout.
     pub fn wait_timeout(self, timeout: Duration) -> std::result::Result<Result<T>, Self> {
         let deadline = Instant::now() + timeout;
+        let shared = match &self.slot {
+            Slot::Here(_) => return Ok(self.wait()),
+            Slot::Shared(shared) => shared,
+        };
         {
-            let mut state = self.shared.state.lock();
+            let mut state = shared.state.lock();
             loop {
                 if let Some(result) = take_done(&mut state) {
                     return Ok(result);
                 }
-                if self
-                    .shared
-                    .ready
-                    .wait_until(&mut state, deadline)
-                    .timed_out()
-                {
+                if shared.ready.wait_until(&mut state, deadline).timed_out() {
                     break;
                 }
             }
@@ -97,9 +113,15 @@ impl<T> Pending<T> {
 
     /// Whether the answer has arrived (a following `wait` will not block).
     pub fn is_ready(&self) -> bool {
-        matches!(*self.shared.state.lock(), State::Done(_))
+        match &self.slot {
+            Slot::Here(answer) => answer.is_some(),
+            Slot::Shared(shared) => matches!(*shared.state.lock(), State::Done(_)),
+        }
     }
 }
+
+/// The misuse of polling a `Pending` again after it gave its answer.
+const TAKEN: &str = "Pending polled after it completed";
 
 fn take_done<T>(state: &mut State<T>) -> Option<Result<T>> {
     match std::mem::replace(state, State::Taken) {
@@ -115,13 +137,17 @@ impl<T> Future for Pending<T> {
     type Output = Result<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
-        let mut state = self.shared.state.lock();
+        let shared = match &mut self.get_mut().slot {
+            Slot::Here(answer) => return Poll::Ready(answer.take().expect(TAKEN)),
+            Slot::Shared(shared) => shared,
+        };
+        let mut state = shared.state.lock();
         if let Some(result) = take_done(&mut state) {
             return Poll::Ready(result);
         }
         match &mut *state {
             State::Waiting(waker) => *waker = Some(cx.waker().clone()),
-            State::Taken => panic!("Pending polled after it completed"),
+            State::Taken => panic!("{TAKEN}"),
             State::Done(_) => unreachable!("taken above"),
         }
         Poll::Pending
@@ -191,6 +217,21 @@ mod tests {
         let sender = std::thread::spawn(move || completer.complete(Ok(7)));
         assert_eq!(pending.wait().unwrap(), 7);
         sender.join().unwrap();
+    }
+
+    #[test]
+    fn a_ready_pending_answers_every_way() {
+        assert_eq!(Pending::ready(Ok(5)).wait().unwrap(), 5);
+        let ready = Pending::<u32>::ready(Ok(6));
+        assert!(ready.is_ready());
+        assert_eq!(ready.wait_timeout(Duration::ZERO).ok().unwrap().unwrap(), 6);
+        let mut ready = Pending::<u32>::ready(Err(Error::Aborted { reason: "r" }));
+        let waker = Waker::from(Arc::new(Flag(AtomicBool::new(false))));
+        match Pin::new(&mut ready).poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(Err(Error::Aborted { reason: "r" })) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(!ready.is_ready(), "its answer was taken");
     }
 
     #[test]

@@ -9,7 +9,9 @@ use percolate_mvcc::{Key, LockType, TimeStamp};
 
 use super::*;
 use crate::actions::prewrite::Mutation;
-use crate::commands::{Commit, Get, Prewrite, WriteResult};
+use crate::commands::{
+    AcquirePessimisticLock, Commit, Get, PessimisticRollback, Prewrite, WriteResult,
+};
 use crate::read::ReadOptions;
 use crate::storage::{Storage, StorageConfig};
 use crate::testing::FaultyEngine;
@@ -91,6 +93,64 @@ fn synced_writes_of_concurrent_commands_are_grouped() {
         let info = storage.mvcc_by_key(key(&format!("k{i}"))).unwrap();
         assert_eq!(info.lock.map(|l| l.lock_type), Some(LockType::Put));
     }
+}
+
+/// Waits (up to 30 s) until `done` holds.
+fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_grouped_write_that_removes_a_lock_wakes_its_waiters() {
+    let (storage, engine) = storage_with(SchedulerConfig {
+        worker_threads: 2,
+        durability: Durability::Sync,
+        ..Default::default()
+    });
+    let lock = |start_ts| {
+        AcquirePessimisticLock::new(vec![key("k")], b"k".to_vec(), ts(start_ts), ts(start_ts))
+    };
+    storage.acquire_pessimistic_lock(lock(10)).unwrap();
+    std::thread::scope(|s| {
+        // Without the wake-up it would wait out its 30 s and fail.
+        let waiter = s.spawn(|| {
+            storage.acquire_pessimistic_lock(lock(20).wait_timeout(Duration::from_secs(30)))
+        });
+        let waits = storage.concurrency_manager().lock_waits();
+        until("20 waits for 10", || !waits.wait_for_edges().is_empty());
+        // A write held at the gate; the rollback of 10's lock and another
+        // command pile up behind it and are written as one group.
+        let held = engine.hold_writes();
+        let first = storage.sched_write(put("x", 30));
+        until("the first write is held", || engine.writes_waiting() == 1);
+        let writes_before = engine.writes();
+        let rollback = storage.sched_write(PessimisticRollback {
+            keys: vec![key("k")],
+            start_ts: ts(10),
+            for_update_ts: ts(10),
+        });
+        let other = storage.sched_write(put("j", 31));
+        until("both are sent", || storage.scheduler().in_flight() == 3);
+        std::thread::sleep(Duration::from_millis(50));
+        drop(held);
+        first.wait().unwrap();
+        rollback.wait().unwrap();
+        other.wait().unwrap();
+        waiter.join().unwrap().unwrap();
+        assert_eq!(
+            engine.writes() - writes_before,
+            3,
+            "the first, a group of two, then the waiter's lock"
+        );
+    });
+    assert_eq!(
+        storage.mvcc_by_key(key("k")).unwrap().lock.map(|l| l.ts),
+        Some(ts(20))
+    );
 }
 
 #[test]

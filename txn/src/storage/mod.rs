@@ -30,7 +30,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use percolate_engine::{Cf, Engine, EngineIterator, IterOptions, RocksEngine, Snapshot};
+use percolate_engine::{
+    Cf, Durability, Engine, EngineIterator, IterOptions, RocksEngine, Snapshot,
+};
 use percolate_mvcc::{Key, KvPair, LockInfo, MvccReader, TimeStamp};
 
 use crate::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
@@ -50,7 +52,9 @@ use crate::concurrency_manager::{ConcurrencyManager, MaxTsLimit};
 use crate::lock_wait::{LockWaits, WaitOutcome};
 use crate::metrics::Metrics;
 use crate::read::{ReadOptions, ScanRequest};
-use crate::scheduler::{JobInput, Pending, Scheduler, SchedulerConfig, pending};
+use crate::scheduler::{
+    Finish, Job, JobInput, Pending, Reply, Scheduler, SchedulerConfig, WaitLimit, pending,
+};
 use crate::{Error, Result};
 
 mod bounds;
@@ -122,6 +126,13 @@ pub struct CommandOptions {
     /// `Buffered` skips the sync (and the group commit) on a synced one.
     /// `None`: the region's.
     pub durability: Option<percolate_engine::Durability>,
+}
+
+impl CommandOptions {
+    /// How long a command sent now may wait for its latches.
+    fn wait_limit(&self) -> Option<WaitLimit> {
+        self.max_execution_duration.map(WaitLimit::from_now)
+    }
 }
 
 /// The region's command API over an engine (RocksDB by default).
@@ -212,70 +223,36 @@ impl<E: Engine> Storage<E> {
         cmd: C,
         options: CommandOptions,
     ) -> Pending<C::Output> {
-        self.submit_write(cmd, options, false)
-    }
-
-    /// Submits a write command; `inline`: process it on the calling thread
-    /// if its latches are free (see [`Scheduler::submit_write_inline`]).
-    fn submit_write<C: WriteCommand>(
-        &self,
-        cmd: C,
-        options: CommandOptions,
-        inline: bool,
-    ) -> Pending<C::Output> {
         let keys = cmd.latch_keys();
-        if let Some(bounds) = &self.bounds {
-            if let Err(e) = bounds.check(cmd.footprint(), &keys) {
-                return Pending::ready(Err(e));
-            }
+        if let Err(e) = self.check_write(&cmd, &keys) {
+            return Pending::ready(Err(e));
         }
         let (completer, answer) = pending::<C::Output>();
         let (metrics, start) = (self.metrics.clone(), self.metrics.start());
-        let deadline = options.max_execution_duration.map(|d| Instant::now() + d);
-        let job = Box::new(move |input: JobInput<'_, E>| {
-            let outcome = match input {
-                JobInput::Run { engine, cm } => cmd
-                    .process(WriteContext {
-                        snapshot: engine.latest(),
-                        cm,
-                    })
-                    // The versions are noted before they are written and
-                    // confirmed after (see `VersionHints`); a write that
-                    // fails leaves them unconfirmed, never used.
-                    .inspect(|result| cm.note_committed(&result.committed)),
-                JobInput::Abort(e) => Err(e),
-            };
-            match outcome {
-                Ok(result) => crate::scheduler::Finish {
-                    batch: result.batch,
-                    guards: result.guards,
-                    committed: result.committed,
-                    durability: options.durability,
-                    reply: Box::new(move |written: Result<()>| {
-                        metrics.command(C::KIND, start, written.is_ok());
-                        completer.complete(written.map(|()| result.output));
-                    }),
-                },
-                Err(e) => crate::scheduler::Finish {
-                    batch: Default::default(),
-                    guards: Vec::new(),
-                    committed: Vec::new(),
-                    durability: None,
-                    reply: Box::new(move |_| {
-                        metrics.command(C::KIND, start, false);
-                        completer.complete(Err(e))
-                    }),
-                },
-            }
+        let durability = options.durability;
+        let job: Job<E> = Box::new(move |input: JobInput<'_, E>| {
+            let (finish, output) = process_write(cmd, durability, input);
+            let reply: Reply = Box::new(move |written: Result<()>| {
+                let answer = written.and(output);
+                metrics.command(C::KIND, start, answer.is_ok());
+                completer.complete(answer);
+            });
+            (finish, reply)
         });
-        let submitted = if inline {
-            self.scheduler.submit_write_inline(&keys, deadline, job)
-        } else {
-            self.scheduler.submit_write(&keys, deadline, job)
-        };
-        match submitted {
+        match self
+            .scheduler
+            .submit_write(&keys, options.wait_limit(), job)
+        {
             Ok(()) => answer,
             Err(e) => Pending::ready(Err(e)),
+        }
+    }
+
+    /// The region's bounds check of a write command on `keys`.
+    fn check_write<C: WriteCommand>(&self, cmd: &C, keys: &[Key]) -> Result<()> {
+        match &self.bounds {
+            Some(bounds) => bounds.check(cmd.footprint(), keys),
+            None => Ok(()),
         }
     }
 
@@ -312,7 +289,30 @@ impl<E: Engine> Storage<E> {
         cmd: C,
         options: CommandOptions,
     ) -> Result<C::Output> {
-        self.submit_write(cmd, options, true).wait()
+        let keys = cmd.latch_keys();
+        self.check_write(&cmd, &keys)?;
+        let start = self.metrics.start();
+        let durability = options.durability;
+        let answer = self
+            .scheduler
+            .run_inline(&keys, options.wait_limit(), move |input| {
+                process_write(cmd, durability, input)
+            });
+        if !matches!(answer, Err(Error::SchedTooBusy { .. })) {
+            self.metrics.command(C::KIND, start, answer.is_ok());
+        }
+        answer
+    }
+
+    /// Starts bringing into the CPU's caches what a write command on
+    /// `keys` will touch (its latches, memory locks, version hints and the
+    /// engine's bookkeeping), so that their cache misses overlap each other
+    /// and the work before the command instead of adding up (see
+    /// [`percolate_engine::mem`]). Only a hint for speed.
+    pub(crate) fn prefetch<'k>(&self, keys: impl IntoIterator<Item = &'k Key>) {
+        for key in keys {
+            self.scheduler.prefetch(key);
+        }
     }
 
     /// Whether each write command's write is synced before it answers
@@ -722,3 +722,36 @@ fn next_key(key: &Key) -> Key {
 
 #[cfg(test)]
 mod tests;
+
+/// Processes a write command that holds its latches over the engine's
+/// latest view: what to write, and its answer once written (on error, an
+/// empty [`Finish`] and the error). The versions it commits are noted in
+/// the version hints before they are written and confirmed after (see
+/// `VersionHints`); a write that fails leaves them unconfirmed, never used.
+fn process_write<C: WriteCommand, E: Engine>(
+    cmd: C,
+    durability: Option<Durability>,
+    input: JobInput<'_, E>,
+) -> (Finish, Result<C::Output>) {
+    let processed = match input {
+        JobInput::Run { engine, cm } => cmd
+            .process(WriteContext {
+                snapshot: engine.latest(),
+                cm,
+            })
+            .inspect(|result| cm.note_committed(&result.committed)),
+        JobInput::Abort(e) => Err(e),
+    };
+    match processed {
+        Ok(result) => (
+            Finish {
+                batch: result.batch,
+                guards: result.guards,
+                committed: result.committed,
+                durability,
+            },
+            Ok(result.output),
+        ),
+        Err(e) => (Finish::default(), Err(e)),
+    }
+}
