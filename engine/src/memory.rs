@@ -40,7 +40,7 @@ impl Default for MemoryEngine {
         MemoryEngine {
             current: Arc::default(),
             // Empty: no record to be above.
-            epochs: Arc::new(WriteEpochs::new(0)),
+            epochs: Arc::new(WriteEpochs::new(crate::epochs::SMALL_BUCKETS, 0)),
         }
     }
 }

@@ -424,7 +424,7 @@ impl RocksEngine {
             db,
             path,
             latest_read: ReadOptions::default(),
-            epochs: WriteEpochs::new(ceiling),
+            epochs: WriteEpochs::new(crate::epochs::BUCKETS, ceiling),
             persisted_ceiling: AtomicU64::new(ceiling),
             raising: Mutex::new(()),
             locks,
