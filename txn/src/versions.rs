@@ -140,6 +140,19 @@ struct Packed {
     slot: usize,
 }
 
+/// The shard of the encoded key `bytes` and the first of its pair of
+/// slots there (always even), in a table of `slots_per_shard` slots per
+/// shard (even, not 0): the shard from the hash's top bits, the pair from
+/// its low 32 bits scaled to the shard's pairs (no division).
+fn slots_of(bytes: &[u8], slots_per_shard: usize) -> (usize, usize) {
+    const _: () = assert!(SHARDS.is_power_of_two());
+    let hash = percolate_engine::mem::key_hash(bytes);
+    let shard = (hash >> (64 - SHARDS.trailing_zeros())) as usize;
+    let pairs = (slots_per_shard / 2) as u64;
+    let pair = ((hash & 0xffff_ffff) * pairs) >> 32;
+    (shard, pair as usize * 2)
+}
+
 impl Packed {
     /// `None` for a key too long to be held inline.
     /// `None` also for a table without slots.
@@ -148,15 +161,12 @@ impl Packed {
         if bytes.len() > KEY_WORDS * 8 || slots_per_shard == 0 {
             return None;
         }
-        let words: [u64; KEY_WORDS] = pack(bytes);
-        let hash = percolate_engine::mem::key_hash(bytes);
-        // A pair of slots: the first of the two, always even.
-        let index = (hash as usize) % (SHARDS * slots_per_shard / 2) * 2;
+        let (shard, slot) = slots_of(bytes, slots_per_shard);
         Some(Packed {
             len: bytes.len() as u64 + 1,
-            key: words,
-            shard: index / slots_per_shard,
-            slot: index % slots_per_shard,
+            key: pack(bytes),
+            shard,
+            slot,
         })
     }
 
@@ -288,11 +298,13 @@ impl VersionCache {
     /// Starts bringing `key`'s two slots (the lines a lookup reads) into
     /// the CPU's caches, if its shard has its slots yet.
     pub(crate) fn prefetch(&self, key: &Key) {
-        let Some(key) = self.pack(key) else {
+        let bytes = key.as_encoded();
+        if bytes.len() > KEY_WORDS * 8 || self.slots_per_shard == 0 {
             return;
-        };
-        if let Some(slots) = self.shards[key.shard].slots.get() {
-            for slot in &slots[key.slot..key.slot + 2] {
+        }
+        let (shard, first) = slots_of(bytes, self.slots_per_shard);
+        if let Some(slots) = self.shards[shard].slots.get() {
+            for slot in &slots[first..first + 2] {
                 percolate_engine::mem::prefetch(slot);
                 percolate_engine::mem::prefetch(&slot.key[KEY_WORDS - 1]);
             }
