@@ -194,7 +194,7 @@ impl LockWaits {
     /// Starts watching `keys` for releases. Call it before the request
     /// reads them, and keep the ticket until its wait ends: a release
     /// after this call makes [`wait`](Self::wait) return at once.
-    pub fn watch(&self, keys: &[Key]) -> WatchTicket {
+    pub(crate) fn watch(&self, keys: &[Key]) -> WatchTicket {
         // Counted before the keys are read: a writer that deletes a lock
         // after that read checks this count after its write and reports.
         self.inner.watchers.fetch_add(1, Ordering::SeqCst);
@@ -265,7 +265,7 @@ impl LockWaits {
     /// since the ticket was taken. Fails with [`Error::Deadlock`], without
     /// waiting, if `lock_ts` waits (directly or through others) for
     /// `start_ts`.
-    pub fn wait(
+    pub(crate) fn wait(
         &self,
         ticket: &WatchTicket,
         start_ts: TimeStamp,

@@ -10,8 +10,7 @@
 //! wait on or `.await`, so a client can have many commands in flight.
 //!
 //! ```
-//! use percolate_txn::actions::prewrite::Mutation;
-//! use percolate_txn::commands::Prewrite;
+//! use percolate_txn::commands::{Mutation, Prewrite};
 //! use percolate_txn::mvcc::{Key, TimeStamp};
 //! use percolate_txn::storage::Storage;
 //!
@@ -43,19 +42,24 @@ use crate::commands::{
     AcquirePessimisticLock, BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup,
     Commit, DamagedRecord, Footprint, Gc, Get, MvccByKey, PessimisticRollback, Prewrite,
     RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan,
-    ReadCommand, Repair, ResolveLock, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus,
-    TxnHeartBeat, WriteCommand, WriteContext,
+    ReadCommand, ReadContext, Repair, ResolveLock, ResolveLockLite, Scan, ScanLock,
+    SecondaryLocksStatus, TxnHeartBeat, WriteCommand, WriteContext,
 };
-use crate::concurrency_manager::{ConcurrencyManager, MaxTsLimit};
-use crate::lock_wait::{LockWaits, WaitOutcome};
+use crate::concurrency_manager::ConcurrencyManager;
+use crate::lock_wait::WaitOutcome;
 use crate::metrics::Metrics;
-use crate::read::{ReadOptions, ScanRequest};
-use crate::scheduler::{JobInput, Pending, Scheduler, SchedulerConfig, pending};
+use crate::scheduler::{JobInput, Scheduler, pending};
 use crate::{Error, Result};
 
 mod bounds;
 use self::bounds::Bounds;
 pub use self::bounds::KeyRange;
+// What a storage is set up with and answers, defined with the parts that
+// use them.
+pub use crate::concurrency_manager::MaxTsLimit;
+pub use crate::lock_wait::{LockWaits, WaitForEntry};
+pub use crate::read::{ReadOptions, ScanRequest};
+pub use crate::scheduler::{Pending, SchedulerConfig};
 
 /// How a `Storage` is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -186,13 +190,28 @@ impl<E: Engine> Storage<E> {
         self.scheduler.engine()
     }
 
-    /// The region's `max_ts` and memory locks.
+    /// The region's `max_ts` and memory locks: for this workspace's tests
+    /// and the simulator.
+    #[cfg(any(feature = "test-util", feature = "sim"))]
     pub fn concurrency_manager(&self) -> &ConcurrencyManager {
         self.scheduler.concurrency_manager()
     }
 
-    /// The scheduler, for its counters.
+    /// The region's `max_ts` and memory locks.
+    #[cfg(not(any(feature = "test-util", feature = "sim")))]
+    pub(crate) fn concurrency_manager(&self) -> &ConcurrencyManager {
+        self.scheduler.concurrency_manager()
+    }
+
+    /// The scheduler, for its counters: for this workspace's tests.
+    #[cfg(feature = "test-util")]
     pub fn scheduler(&self) -> &Scheduler<E> {
+        &self.scheduler
+    }
+
+    /// The scheduler, for its counters.
+    #[cfg(not(feature = "test-util"))]
+    pub(crate) fn scheduler(&self) -> &Scheduler<E> {
         &self.scheduler
     }
 
@@ -287,7 +306,7 @@ impl<E: Engine> Storage<E> {
         let (completer, answer) = pending::<C::Output>();
         let (metrics, start) = (self.metrics.clone(), self.metrics.start());
         let submitted = self.scheduler.submit_read(move |engine, cm| {
-            let output = cmd.process(engine, cm);
+            let output = cmd.process(ReadContext { engine, cm });
             metrics.command(C::KIND, start, output.is_ok());
             completer.complete(output)
         });
@@ -325,7 +344,10 @@ impl<E: Engine> Storage<E> {
     pub fn read<C: ReadCommand>(&self, cmd: C) -> Result<C::Output> {
         self.check_read(&cmd)?;
         let start = self.metrics.start();
-        let output = cmd.process(self.engine(), self.concurrency_manager());
+        let output = cmd.process(ReadContext {
+            engine: self.engine(),
+            cm: self.concurrency_manager(),
+        });
         self.metrics.command(C::KIND, start, output.is_ok());
         output
     }
