@@ -59,15 +59,16 @@ pub use percolate_mvcc::{Key, KvPair, LockInfo, LockType, TimeStamp};
 pub use percolate_txn::cluster::{Cluster, Region};
 pub use percolate_txn::commands::{
     AcquirePessimisticLock, BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus,
-    CheckTxnStatusOptions, Cleanup, Commit, CommitKind, DamagedRecord, Gc, GcInfo, Get, Mutation,
-    MutationKind, MvccByKey, MvccInfo, PessimisticAction, PessimisticLockKeyResult,
-    PessimisticLockOptions, PessimisticRollback, Prewrite, PrewriteResult, RawBatchGet,
-    RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan, ReadCommand,
-    ReleasedLock, Repair, ResolveLock, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus,
-    TransactionKind, TransactionProperties, TxnHeartBeat, TxnStatus, Unlock, WriteCommand,
+    CheckTxnStatusOptions, Cleanup, Commit, CommitKind, DamagedRecord, Gc, GcInfo, Get,
+    MAX_LOCK_TTL_MS, Mutation, MutationKind, MvccByKey, MvccInfo, PessimisticAction,
+    PessimisticLockKeyResult, PessimisticLockOptions, PessimisticRollback, Prewrite,
+    PrewriteResult, RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut,
+    RawScan, ReadCommand, ReleasedLock, Repair, ResolveLock, ResolveLockLite, Scan, ScanLock,
+    SecondaryLocksStatus, TransactionKind, TransactionProperties, TxnHeartBeat, TxnStatus, Unlock,
+    WriteCommand,
 };
 pub use percolate_txn::oracle::{LocalOracle, TimestampOracle};
 pub use percolate_txn::storage::{
     CommandOptions, KeyRange, LockWaits, MaxTsLimit, Pending, ReadOptions, ScanRequest,
-    SchedulerConfig, Storage, StorageConfig, WaitForEntry,
+    SchedulerConfig, Storage, StorageConfig, WaitForEntry, key_hash,
 };

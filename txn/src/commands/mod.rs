@@ -8,9 +8,9 @@
 //! ([`ReadCommand`]) takes no latch and writes nothing.
 //!
 //! Every command that reads at a timestamp counts it in the region's
-//! `max_ts` (see [`ConcurrencyManager`]) before it looks at data, so that an
-//! async-commit or 1PC transaction computing its commit_ts later cannot
-//! commit below it.
+//! `max_ts` (kept by its concurrency manager) before it looks at data, so
+//! that an async-commit or 1PC transaction computing its commit_ts later
+//! cannot commit below it.
 
 mod pessimistic;
 mod prewrite;
@@ -48,7 +48,7 @@ pub use crate::actions::prewrite::{
     CommitKind, Mutation, MutationKind, PessimisticAction, PrewriteResult, TransactionKind,
     TransactionProperties,
 };
-pub use crate::actions::{ReleasedLock, TxnStatus};
+pub use crate::actions::{MAX_LOCK_TTL_MS, ReleasedLock, TxnStatus};
 use crate::concurrency_manager::{ConcurrencyManager, KeyGuard};
 
 /// What a write command works with: a view of the engine read after its

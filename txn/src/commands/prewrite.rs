@@ -30,9 +30,10 @@ pub struct Prewrite {
     /// when the primary is among the mutations.
     pub secondaries: Option<Vec<Vec<u8>>>,
     /// Watched keys among the mutations: each gets a strong observer
-    /// notification ([`crate::notify`]) in the same atomic write as its
-    /// lock (or, for 1PC, its commit). Empty for a transaction that writes
-    /// no watched key, which then pays nothing for observers.
+    /// notification (in [`Cf::Notify`](percolate_engine::Cf::Notify)) in
+    /// the same atomic write as its lock (or, for 1PC, its commit). Empty
+    /// for a transaction that writes no watched key, which then pays
+    /// nothing for observers.
     pub notify: Vec<Key>,
 }
 

@@ -1,6 +1,6 @@
 //! `Storage`: the command API of one region.
 //!
-//! Every write command goes through the [`Scheduler`] (latches, one
+//! Every write command goes through the region's scheduler (latches, one
 //! atomic engine write, group commit when durable); reads take no latches.
 //! Each command has a blocking method named in TiKV's vocabulary
 //! ([`prewrite`](Storage::prewrite), [`commit`](Storage::commit), ...),
@@ -57,7 +57,7 @@ pub use self::bounds::KeyRange;
 // What a storage is set up with and answers, defined with the parts that
 // use them.
 pub use crate::concurrency_manager::MaxTsLimit;
-pub use crate::lock_wait::{LockWaits, WaitForEntry};
+pub use crate::lock_wait::{LockWaits, WaitForEntry, key_hash};
 pub use crate::read::{ReadOptions, ScanRequest};
 pub use crate::scheduler::{Pending, SchedulerConfig};
 
@@ -402,7 +402,7 @@ impl<E: Engine> Storage<E> {
     /// Locks keys of a pessimistic transaction: see
     /// [`AcquirePessimisticLock`]. With a `wait_timeout`, a request that
     /// meets another transaction's lock waits for it to be released (see
-    /// [`lock_wait`](crate::lock_wait)) and runs again, until the timeout
+    /// [`LockWaits`]) and runs again, until the timeout
     /// passes (then it fails with that lock's `KeyIsLocked`) or waiting would
     /// close a cycle (`Deadlock`, at once). Without one it runs once.
     pub fn acquire_pessimistic_lock(
