@@ -601,7 +601,16 @@ impl MetricsSnapshot {
     /// name prefixed `percolate_` (the engine's `percolate_rocksdb_`).
     pub fn to_prometheus(&self) -> String {
         let mut out = String::new();
-        let mut counters = Family::new(&mut out, "counter");
+        self.write_labelled_counters(&mut out);
+        self.write_counters(&mut out);
+        self.write_engine_stats(&mut out);
+        self.write_histograms(&mut out);
+        out
+    }
+
+    /// The counters by command, by commit protocol and by resolved lock.
+    fn write_labelled_counters(&self, out: &mut String) {
+        let mut counters = Family::new(out, "counter");
         counters.write(
             "percolate_commands_total",
             "Commands answered, by command and outcome.",
@@ -637,6 +646,11 @@ impl MetricsSnapshot {
                 .iter()
                 .map(|(o, n)| (format!("outcome=\"{}\"", o.name()), *n)),
         );
+    }
+
+    /// The counters and gauges without labels.
+    fn write_counters(&self, out: &mut String) {
+        let mut counters = Family::new(out, "counter");
         for (name, help, value) in [
             (
                 "percolate_conflicts_total",
@@ -672,23 +686,31 @@ impl MetricsSnapshot {
         ] {
             counters.write(name, help, [(String::new(), value)]);
         }
-        Family::new(&mut out, "gauge").write(
+        Family::new(out, "gauge").write(
             "percolate_gc_safe_point",
             "The newest GC safe point (a timestamp).",
             [(String::new(), self.gc_safe_point)],
         );
+    }
+
+    /// The engine's own statistics, when there are any.
+    fn write_engine_stats(&self, out: &mut String) {
         if let Some(engine) = &self.engine {
             for (name, counter, help, value) in engine.fields() {
                 let kind = if counter { "counter" } else { "gauge" };
-                Family::new(&mut out, kind).write(
+                Family::new(out, kind).write(
                     &format!("percolate_rocksdb_{name}"),
                     help,
                     [(String::new(), value)],
                 );
             }
         }
+    }
+
+    /// The latencies of commands and of commits.
+    fn write_histograms(&self, out: &mut String) {
         histograms(
-            &mut out,
+            out,
             "percolate_command_duration_seconds",
             "From a command's submission to its answer.",
             self.commands
@@ -696,14 +718,13 @@ impl MetricsSnapshot {
                 .map(|c| (format!("command=\"{}\"", c.kind.name()), &c.latency)),
         );
         histograms(
-            &mut out,
+            out,
             "percolate_commit_duration_seconds",
             "A transaction's commit, by protocol.",
             self.commits
                 .iter()
                 .map(|c| (format!("protocol=\"{}\"", c.protocol.name()), &c.latency)),
         );
-        out
     }
 }
 

@@ -120,6 +120,19 @@ struct Written {
     finish: Finish,
 }
 
+/// Runs a command's job, with the fail points around it (tests):
+/// `SCHED_PROCESS` fails or panics the command before it runs,
+/// `SCHED_BEFORE_WRITE` after it ran. The caller catches a panic of either
+/// like the command's own.
+fn run_job<E>(job: Job<E>, input: JobInput<'_, E>) -> (Finish, Result<()>) {
+    let input = match crate::fail::check(crate::fail::SCHED_PROCESS) {
+        Ok(()) => input,
+        Err(e) => JobInput::Abort(e),
+    };
+    let finish = job(input);
+    (finish, crate::fail::check(crate::fail::SCHED_BEFORE_WRITE))
+}
+
 const TASK_SHARDS: usize = 64;
 
 /// One shard of the waiting write commands, on cache lines of its own.
@@ -424,18 +437,7 @@ impl<E: Engine> Inner<E> {
                 cm: &self.cm,
             },
         };
-        // Fail points (tests): `SCHED_PROCESS` fails or panics the command
-        // before it runs, `SCHED_BEFORE_WRITE` after it ran; a panic of
-        // either is caught here like the command's own.
-        let run = || {
-            let input = match crate::fail::check(crate::fail::SCHED_PROCESS) {
-                Ok(()) => input,
-                Err(e) => JobInput::Abort(e),
-            };
-            let finish = job(input);
-            (finish, crate::fail::check(crate::fail::SCHED_BEFORE_WRITE))
-        };
-        let finish = match catch_unwind(AssertUnwindSafe(run)) {
+        let finish = match catch_unwind(AssertUnwindSafe(|| run_job(job, input))) {
             Ok((finish, Err(injected))) => {
                 self.complete(cid, &lock, finish, Err(injected));
                 return;
@@ -452,8 +454,13 @@ impl<E: Engine> Inner<E> {
             self.complete(cid, &lock, finish, Ok(()));
             return;
         }
-        // A command's own durability picks the path: the group-commit
-        // writer syncs, a direct write syncs only if told to.
+        self.write(cid, lock, finish);
+    }
+
+    /// Writes a processed command's batch. A command's own durability
+    /// picks the path: the group-commit writer syncs, a direct write syncs
+    /// only if told to.
+    fn write(self: &Arc<Self>, cid: CommandId, lock: latches::Lock, finish: Finish) {
         let group_tx = match finish.durability {
             Some(Durability::Buffered) => None,
             Some(Durability::Sync) | None => self.group_tx.as_ref(),
