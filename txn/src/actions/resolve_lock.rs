@@ -16,11 +16,6 @@ use super::commit::commit;
 use super::ReleasedLock;
 use crate::Result;
 
-/// Locks resolved per batch. Small in tests so that the continuation path
-/// runs.
-#[cfg(any(test, feature = "test-util"))]
-pub const RESOLVE_LOCK_BATCH_SIZE: usize = if cfg!(test) { 2 } else { 256 };
-
 /// Commits (`commit_ts` non-zero) or rolls back (`commit_ts` zero) the
 /// acting transaction's lock on one key.
 pub fn resolve_lock_key<S: Snapshot>(
