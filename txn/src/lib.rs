@@ -64,7 +64,8 @@
 //! * `failpoints`: named places in the client and the scheduler where a
 //!   test can inject an error, a panic or a client's death (`fail`).
 //!   Compiled out without it.
-//! * `sim`: the deterministic simulator's seams (`percolate-sim`).
+//! * `sim`: the deterministic simulator's seams (`percolate-sim`),
+//!   which reach a region's concurrency manager too.
 
 /// Declares internal modules: private to this crate, and public (hidden
 /// from the docs) with the `test-util` feature, for this workspace's tests.

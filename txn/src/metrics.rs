@@ -460,24 +460,6 @@ impl Metrics {
     /// elsewhere (the regions' schedulers, the engine) and are given.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let sum = |pick: &dyn Fn(&Stripe) -> &AtomicU64| -> u64 {
-            self.stripes.iter().map(|s| load(pick(s))).sum()
-        };
-        let histogram = |pick: &dyn Fn(&Stripe) -> &Histogram| {
-            let mut total = HistogramSnapshot {
-                counts: vec![0; BUCKETS + 1],
-                ..HistogramSnapshot::default()
-            };
-            for stripe in self.stripes.iter() {
-                let h = pick(stripe).snapshot();
-                total.count += h.count;
-                total.sum_us += h.sum_us;
-                for (t, n) in total.counts.iter_mut().zip(h.counts) {
-                    *t += n;
-                }
-            }
-            total
-        };
         MetricsSnapshot {
             commands: CommandKind::ALL
                 .iter()
@@ -485,9 +467,9 @@ impl Metrics {
                     let i = kind.index();
                     CommandMetrics {
                         kind,
-                        ok: sum(&|s| &s.commands[i].ok),
-                        failed: sum(&|s| &s.commands[i].failed),
-                        latency: histogram(&|s| &s.commands[i].latency),
+                        ok: self.sum(&|s| &s.commands[i].ok),
+                        failed: self.sum(&|s| &s.commands[i].failed),
+                        latency: self.histogram(&|s| &s.commands[i].latency),
                     }
                 })
                 .filter(|c| c.ok + c.failed > 0)
@@ -498,26 +480,51 @@ impl Metrics {
                     let i = protocol as usize;
                     CommitMetrics {
                         protocol,
-                        optimistic: sum(&|s| &s.protocols[i].optimistic),
-                        pessimistic: sum(&|s| &s.protocols[i].pessimistic),
-                        latency: histogram(&|s| &s.protocols[i].latency),
+                        optimistic: self.sum(&|s| &s.protocols[i].optimistic),
+                        pessimistic: self.sum(&|s| &s.protocols[i].pessimistic),
+                        latency: self.histogram(&|s| &s.protocols[i].latency),
                     }
                 })
                 .collect(),
             resolved: ResolveOutcome::ALL
                 .iter()
-                .map(|&outcome| (outcome, sum(&|s| &s.resolved[outcome as usize])))
+                .map(|&outcome| (outcome, self.sum(&|s| &s.resolved[outcome as usize])))
                 .collect(),
-            conflicts: sum(&|s| &s.conflicts),
-            retries: sum(&|s| &s.retries),
-            rolled_back: sum(&|s| &s.rolled_back),
-            oracle_calls: sum(&|s| &s.oracle_calls),
+            conflicts: self.sum(&|s| &s.conflicts),
+            retries: self.sum(&|s| &s.retries),
+            rolled_back: self.sum(&|s| &s.rolled_back),
+            oracle_calls: self.sum(&|s| &s.oracle_calls),
             latch_waits: 0,
             gc_runs: load(&self.gc_runs),
             gc_safe_point: load(&self.gc_safe_point),
             gc_versions_deleted: load(&self.gc_versions_deleted),
             engine: None,
         }
+    }
+
+    /// One counter summed over the stripes.
+    fn sum(&self, pick: &dyn Fn(&Stripe) -> &AtomicU64) -> u64 {
+        self.stripes
+            .iter()
+            .map(|s| pick(s).load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// One histogram merged over the stripes.
+    fn histogram(&self, pick: &dyn Fn(&Stripe) -> &Histogram) -> HistogramSnapshot {
+        let mut total = HistogramSnapshot {
+            counts: vec![0; BUCKETS + 1],
+            ..HistogramSnapshot::default()
+        };
+        for stripe in self.stripes.iter() {
+            let h = pick(stripe).snapshot();
+            total.count += h.count;
+            total.sum_us += h.sum_us;
+            for (t, n) in total.counts.iter_mut().zip(h.counts) {
+                *t += n;
+            }
+        }
+        total
     }
 }
 

@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 
 use percolate_engine::Snapshot;
-use percolate_mvcc::{Key, Lock, LockType, TimeStamp};
+use percolate_mvcc::{Key, Lock, LockType, MvccTxn, TimeStamp};
 
 use super::{WriteCommand, WriteContext, WriteResult, require_keys};
 use crate::actions::prewrite::{
     CommitKind, Mutation, MutationKind, PrewriteResult, TransactionProperties, prewrite_mutations,
 };
+use crate::concurrency_manager::PublishGuard;
 use crate::{Error, Result};
 
 /// Prewrites mutations of one transaction in one region.
@@ -220,23 +221,7 @@ impl WriteCommand for Prewrite {
         // On error `publish` drops unpublished and `guards` leave the table.
         let (txn, result) =
             prewrite_mutations(&ctx.snapshot, &props, &mutations, secondaries.as_deref())?;
-        let commit_bound = match (result.one_pc_commit_ts, result.min_commit_ts) {
-            (Some(commit_ts), _) => Some((commit_ts, CommitBound::OnePc)),
-            (None, min_commit_ts) => min_commit_ts.map(|ts| (ts, CommitBound::Async)),
-        };
-        match commit_bound.filter(|_| result.locks.is_empty() && !txn.is_empty()) {
-            // Fell back to 2PC, blocked by other locks, or a retry with
-            // nothing to write: no computed commit_ts to protect.
-            None => publish.publish(|_| None),
-            Some((min_commit_ts, bound)) => {
-                let kinds: HashMap<&Key, &MutationKind> =
-                    mutations.iter().map(|m| (&m.key, &m.kind)).collect();
-                publish.publish(|key| {
-                    let lock_type = lock_type(kinds.get(key)?)?;
-                    Some(memory_lock(&props, lock_type, min_commit_ts, bound))
-                });
-            }
-        }
+        publish_locks(publish, &props, &mutations, &txn, &result);
         let mut txn = txn;
         let mut written = WriteResult {
             committed: txn.take_committed_versions(),
@@ -248,6 +233,34 @@ impl WriteCommand for Prewrite {
             notify_with(&mut written, &notify, props.start_ts);
         }
         Ok(written)
+    }
+}
+
+/// Publishes the memory locks of an async-commit or 1PC prewrite, with
+/// the commit_ts it computed, for readers to see until its write lands.
+fn publish_locks(
+    publish: PublishGuard<'_>,
+    props: &TransactionProperties,
+    mutations: &[Mutation],
+    txn: &MvccTxn,
+    result: &PrewriteResult,
+) {
+    let commit_bound = match (result.one_pc_commit_ts, result.min_commit_ts) {
+        (Some(commit_ts), _) => Some((commit_ts, CommitBound::OnePc)),
+        (None, min_commit_ts) => min_commit_ts.map(|ts| (ts, CommitBound::Async)),
+    };
+    match commit_bound.filter(|_| result.locks.is_empty() && !txn.is_empty()) {
+        // Fell back to 2PC, blocked by other locks, or a retry with
+        // nothing to write: no computed commit_ts to protect.
+        None => publish.publish(|_| None),
+        Some((min_commit_ts, bound)) => {
+            let kinds: HashMap<&Key, &MutationKind> =
+                mutations.iter().map(|m| (&m.key, &m.kind)).collect();
+            publish.publish(|key| {
+                let lock_type = lock_type(kinds.get(key)?)?;
+                Some(memory_lock(props, lock_type, min_commit_ts, bound))
+            });
+        }
     }
 }
 

@@ -43,7 +43,7 @@ use crate::commands::{
     Commit, DamagedRecord, Footprint, Gc, Get, MvccByKey, PessimisticRollback, Prewrite,
     RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan,
     ReadCommand, ReadContext, Repair, ResolveLock, ResolveLockLite, Scan, ScanLock,
-    SecondaryLocksStatus, TxnHeartBeat, WriteCommand, WriteContext,
+    SecondaryLocksStatus, TxnHeartBeat, WriteCommand, WriteContext, WriteResult,
 };
 use crate::concurrency_manager::ConcurrencyManager;
 use crate::lock_wait::WaitOutcome;
@@ -251,41 +251,27 @@ impl<E: Engine> Storage<E> {
         let (completer, answer) = pending::<C::Output>();
         let (metrics, start) = (self.metrics.clone(), self.metrics.start());
         let deadline = options.max_execution_duration.map(|d| Instant::now() + d);
-        let job = Box::new(move |input: JobInput<'_, E>| {
-            let outcome = match input {
-                JobInput::Run { engine, cm } => cmd
-                    .process(WriteContext {
-                        snapshot: engine.latest(),
-                        cm,
-                    })
-                    // The versions are noted before they are written and
-                    // confirmed after (see `VersionHints`); a write that
-                    // fails leaves them unconfirmed, never used.
-                    .inspect(|result| cm.note_committed(&result.committed)),
-                JobInput::Abort(e) => Err(e),
-            };
-            match outcome {
-                Ok(result) => crate::scheduler::Finish {
-                    batch: result.batch,
-                    guards: result.guards,
-                    committed: result.committed,
-                    durability: options.durability,
-                    reply: Box::new(move |written: Result<()>| {
-                        metrics.command(C::KIND, start, written.is_ok());
-                        completer.complete(written.map(|()| result.output));
-                    }),
-                },
-                Err(e) => crate::scheduler::Finish {
-                    batch: Default::default(),
-                    guards: Vec::new(),
-                    committed: Vec::new(),
-                    durability: None,
-                    reply: Box::new(move |_| {
-                        metrics.command(C::KIND, start, false);
-                        completer.complete(Err(e))
-                    }),
-                },
-            }
+        let job = Box::new(move |input: JobInput<'_, E>| match run_write(cmd, input) {
+            Ok(result) => crate::scheduler::Finish {
+                batch: result.batch,
+                guards: result.guards,
+                committed: result.committed,
+                durability: options.durability,
+                reply: Box::new(move |written: Result<()>| {
+                    metrics.command(C::KIND, start, written.is_ok());
+                    completer.complete(written.map(|()| result.output));
+                }),
+            },
+            Err(e) => crate::scheduler::Finish {
+                batch: Default::default(),
+                guards: Vec::new(),
+                committed: Vec::new(),
+                durability: None,
+                reply: Box::new(move |_| {
+                    metrics.command(C::KIND, start, false);
+                    completer.complete(Err(e))
+                }),
+            },
         });
         let submitted = if inline {
             self.scheduler.submit_write_inline(&keys, deadline, job)
@@ -740,6 +726,25 @@ fn next_key(key: &Key) -> Key {
     let mut next = key.as_encoded().clone();
     next.push(0);
     Key::from_encoded(next)
+}
+
+/// Runs a write command over the engine's latest data, or answers the
+/// scheduler's abort. The versions it commits are noted before they are
+/// written and confirmed after (see `VersionHints`); a write that fails
+/// leaves them unconfirmed, never used.
+fn run_write<C: WriteCommand, E: Engine>(
+    cmd: C,
+    input: JobInput<'_, E>,
+) -> Result<WriteResult<C::Output>> {
+    match input {
+        JobInput::Run { engine, cm } => cmd
+            .process(WriteContext {
+                snapshot: engine.latest(),
+                cm,
+            })
+            .inspect(|result| cm.note_committed(&result.committed)),
+        JobInput::Abort(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
