@@ -38,7 +38,8 @@
 //!   [`Transaction`] and [`PessimisticTransaction`], [`Snapshot`] reads,
 //!   [`RawClient`], and their options ([`ClientConfig`], [`OpenOptions`],
 //!   [`CommitOptions`]). It runs the commit protocol (1PC, async commit or
-//!   2PC) and resolves the locks it meets.
+//!   2PC) and resolves the locks it meets. Its counters are in [`metrics`]
+//!   ([`Client::metrics`]).
 //! * **The storage** ([`storage`]): TiKV's command API of one region, for a
 //!   program that brings its own coordinator, as TiDB does for TiKV:
 //!   `Prewrite`, `Commit`, `CheckTxnStatus`, `ResolveLock` and the rest, on
@@ -50,6 +51,8 @@
 //! `percolate-txn` (actions, commands, scheduler, regions, oracle, client).
 
 pub mod storage;
+
+pub use percolate_txn::metrics;
 
 pub use percolate_engine::{Durability, Engine, MemoryEngine, RocksEngine, RocksOptions};
 pub use percolate_mvcc::{Key, TimeStamp};

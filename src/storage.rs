@@ -56,24 +56,19 @@
 //! ```
 
 pub use percolate_mvcc::{Key, KvPair, LockInfo, LockType, TimeStamp};
-pub use percolate_txn::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
-pub use percolate_txn::actions::check_txn_status::CheckTxnStatusOptions;
-pub use percolate_txn::actions::gc::GcInfo;
-pub use percolate_txn::actions::mvcc_by_key::MvccInfo;
-pub use percolate_txn::actions::prewrite::{
-    CommitKind, Mutation, MutationKind, PessimisticAction, PrewriteResult, TransactionKind,
-    TransactionProperties,
-};
-pub use percolate_txn::actions::{ReleasedLock, TxnStatus};
 pub use percolate_txn::cluster::{Cluster, Region};
 pub use percolate_txn::commands::{
-    AcquirePessimisticLock, BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup,
-    Commit, DamagedRecord, Gc, Get, MvccByKey, PessimisticRollback, Prewrite, RawBatchGet,
-    RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan, ReadCommand, Repair,
-    ResolveLock, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus, TxnHeartBeat, Unlock,
+    AcquirePessimisticLock, BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus,
+    CheckTxnStatusOptions, Cleanup, Commit, CommitKind, DamagedRecord, Gc, GcInfo, Get,
+    MAX_LOCK_TTL_MS, Mutation, MutationKind, MvccByKey, MvccInfo, PessimisticAction,
+    PessimisticLockKeyResult, PessimisticLockOptions, PessimisticRollback, Prewrite,
+    PrewriteResult, RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut,
+    RawScan, ReadCommand, ReleasedLock, Repair, ResolveLock, ResolveLockLite, Scan, ScanLock,
+    SecondaryLocksStatus, TransactionKind, TransactionProperties, TxnHeartBeat, TxnStatus, Unlock,
     WriteCommand,
 };
 pub use percolate_txn::oracle::{LocalOracle, TimestampOracle};
-pub use percolate_txn::read::{ReadOptions, ScanRequest};
-pub use percolate_txn::scheduler::{Pending, SchedulerConfig};
-pub use percolate_txn::storage::{CommandOptions, KeyRange, Storage, StorageConfig};
+pub use percolate_txn::storage::{
+    CommandOptions, KeyRange, LockWaits, MaxTsLimit, Pending, ReadOptions, ScanRequest,
+    SchedulerConfig, Storage, StorageConfig, WaitForEntry, key_hash,
+};

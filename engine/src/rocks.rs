@@ -331,88 +331,18 @@ impl RocksEngine {
         temp_dir: Option<tempfile::TempDir>,
         read_only: bool,
     ) -> Result<Self> {
-        if read_only {
-            // RocksDB would say "IO error: No such file or directory" about
-            // a file inside; name the directory.
-            std::fs::metadata(path.join("CURRENT")).map_err(|source| Error::Io {
-                op: "open read-only (no database here)",
-                path: path.clone(),
-                source,
-            })?;
-        } else {
-            std::fs::create_dir_all(&path).map_err(|source| Error::Io {
-                op: "create directory",
-                path: path.clone(),
-                source,
-            })?;
-        }
-        let cache = Cache::new_lru_cache(options.block_cache_bytes);
+        prepare_dir(&path, read_only)?;
         let gc = Arc::new(gc_filter::GcShared::default());
-        // A read-only open cannot create a column family: one made before
-        // `notify` existed is opened without it (and holds no
-        // notification).
-        let present = if read_only {
-            DB::list_cf(&Options::default(), &path).unwrap_or_default()
-        } else {
-            Vec::new()
+        let opener = Opener {
+            cfs: opened_cfs(&path, read_only),
+            path: &path,
+            options,
+            cache: Cache::new_lru_cache(options.block_cache_bytes),
+            gc: &gc,
+            read_only,
         };
-        let opened_cfs: Vec<Cf> = Cf::ALL
-            .into_iter()
-            .filter(|cf| !read_only || *cf != Cf::Notify || present.iter().any(|n| n == cf.name()))
-            .collect();
-        let open = |mode| {
-            let cfs = opened_cfs
-                .iter()
-                .map(|&cf| {
-                    let mut opts = cf_options(cf, options, &cache)?;
-                    if cf == Cf::Write {
-                        gc_filter::install(&mut opts, &gc);
-                    }
-                    Ok(ColumnFamilyDescriptor::new(cf.name(), opts))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let opened = if read_only {
-                DB::open_cf_descriptors_read_only(&db_options(options, mode), &path, cfs, false)
-            } else {
-                DB::open_cf_descriptors(&db_options(options, mode), &path, cfs)
-            };
-            opened.map_err(|e| {
-                if e.kind() == rocksdb::ErrorKind::Corruption {
-                    Error::CorruptedAtOpen {
-                        path: path.clone(),
-                        detail: e.into_string(),
-                    }
-                } else {
-                    Error::from(e)
-                }
-            })
-        };
-        // A torn last record (a write cut short, never acknowledged) is
-        // dropped; a damaged record before the end fails the open. RocksDB's
-        // default, point-in-time recovery, stops at the damage and drops
-        // every record after it without a word: commits acknowledged long
-        // before the crash. It is used only when asked to, and reported.
-        let mut salvage = None;
-        let db = match open(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords) {
-            Err(Error::CorruptedAtOpen { detail, .. })
-                if options.wal_recovery == WalRecovery::SalvagePrefix && !read_only =>
-            {
-                let logs_kept = keep_logs(&path)?;
-                // Damage elsewhere (a table file, the manifest) fails this
-                // open too: the copies of the logs are then of no use.
-                let db = open(rocksdb::DBRecoveryMode::PointInTime).inspect_err(|_| {
-                    let _ = std::fs::remove_dir_all(&logs_kept);
-                })?;
-                salvage = Some(SalvageReport {
-                    damage: detail,
-                    logs_kept,
-                    last_sequence: db.latest_sequence_number(),
-                });
-                db
-            }
-            other => other?,
-        };
-        for cf in opened_cfs {
+        let (db, salvage) = opener.open_recovering()?;
+        for cf in opener.cfs {
             if db.cf_handle(cf.name()).is_none() {
                 return Err(Error::MissingColumnFamily { cf: cf.name() });
             }
@@ -433,6 +363,12 @@ impl RocksEngine {
             gc,
             _temp_dir: temp_dir,
         });
+        Ok(Self::over(inner))
+    }
+
+    /// The engine over an opened database, with one latest-data view per
+    /// thread slot.
+    fn over(inner: Arc<Inner>) -> Self {
         let cursors = Arc::new(CursorPool::new());
         let latest = (0..thread_slots())
             .map(|_| {
@@ -442,11 +378,11 @@ impl RocksEngine {
                 })
             })
             .collect();
-        Ok(RocksEngine {
+        RocksEngine {
             inner,
             cursors,
             latest,
-        })
+        }
     }
 
     /// The directory the database lives in.
@@ -491,6 +427,116 @@ impl RocksEngine {
         }
         self.cursors.clear();
         Ok(())
+    }
+}
+
+/// Creates the directory of a new database; a read-only open checks that
+/// one is there instead (RocksDB would say "IO error: No such file or
+/// directory" about a file inside; this names the directory).
+fn prepare_dir(path: &Path, read_only: bool) -> Result<()> {
+    if read_only {
+        std::fs::metadata(path.join("CURRENT")).map_err(|source| Error::Io {
+            op: "open read-only (no database here)",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    } else {
+        std::fs::create_dir_all(path).map_err(|source| Error::Io {
+            op: "create directory",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// The column families to open. A read-only open cannot create one: a
+/// database made before `notify` existed is opened without it (and holds
+/// no notification).
+fn opened_cfs(path: &Path, read_only: bool) -> Vec<Cf> {
+    let present = if read_only {
+        DB::list_cf(&Options::default(), path).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    Cf::ALL
+        .into_iter()
+        .filter(|cf| !read_only || *cf != Cf::Notify || present.iter().any(|n| n == cf.name()))
+        .collect()
+}
+
+/// What opening a database takes, for each try at it.
+struct Opener<'a> {
+    path: &'a Path,
+    options: &'a RocksOptions,
+    cfs: Vec<Cf>,
+    cache: Cache,
+    /// The GC filter's state, shared with the write CF's compaction filter.
+    gc: &'a Arc<gc_filter::GcShared>,
+    read_only: bool,
+}
+
+impl Opener<'_> {
+    /// Opens the database, recovering its write-ahead log. A torn last
+    /// record (a write cut short, never acknowledged) is dropped; a damaged
+    /// record before the end fails the open. RocksDB's default,
+    /// point-in-time recovery, stops at the damage and drops every record
+    /// after it without a word: commits acknowledged long before the crash.
+    /// It is used only when asked to ([`WalRecovery::SalvagePrefix`]), and
+    /// reported.
+    fn open_recovering(&self) -> Result<(DB, Option<SalvageReport>)> {
+        match self.open(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords) {
+            Err(Error::CorruptedAtOpen { detail, .. })
+                if self.options.wal_recovery == WalRecovery::SalvagePrefix && !self.read_only =>
+            {
+                let logs_kept = keep_logs(self.path)?;
+                // Damage elsewhere (a table file, the manifest) fails this
+                // open too: the copies of the logs are then of no use.
+                let db = self
+                    .open(rocksdb::DBRecoveryMode::PointInTime)
+                    .inspect_err(|_| {
+                        let _ = std::fs::remove_dir_all(&logs_kept);
+                    })?;
+                let salvage = SalvageReport {
+                    damage: detail,
+                    logs_kept,
+                    last_sequence: db.latest_sequence_number(),
+                };
+                Ok((db, Some(salvage)))
+            }
+            other => Ok((other?, None)),
+        }
+    }
+
+    /// Opens the database once, recovering its log in `mode`.
+    fn open(&self, mode: rocksdb::DBRecoveryMode) -> Result<DB> {
+        let cfs = self
+            .cfs
+            .iter()
+            .map(|&cf| {
+                let mut opts = cf_options(cf, self.options, &self.cache)?;
+                if cf == Cf::Write {
+                    gc_filter::install(&mut opts, self.gc);
+                }
+                Ok(ColumnFamilyDescriptor::new(cf.name(), opts))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let db_options = db_options(self.options, mode);
+        let opened = if self.read_only {
+            DB::open_cf_descriptors_read_only(&db_options, self.path, cfs, false)
+        } else {
+            DB::open_cf_descriptors(&db_options, self.path, cfs)
+        };
+        opened.map_err(|e| {
+            if e.kind() == rocksdb::ErrorKind::Corruption {
+                Error::CorruptedAtOpen {
+                    path: self.path.to_path_buf(),
+                    detail: e.into_string(),
+                }
+            } else {
+                Error::from(e)
+            }
+        })
     }
 }
 
@@ -753,7 +799,6 @@ impl RocksEngine {
     /// Writes `batch` to RocksDB, raising the persisted ts ceiling with it
     /// where its records pass it.
     fn apply(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
-        let mut newest = 0;
         let db = &self.inner.db;
         let handles = [
             handle(db, Cf::ALL[0])?,
@@ -762,6 +807,42 @@ impl RocksEngine {
             handle(db, Cf::ALL[3])?,
             handle(db, Cf::ALL[4])?,
         ];
+        let (mut wb, newest) = self.rocks_batch(batch, &handles);
+        let mut opts = rocksdb::WriteOptions::default();
+        opts.set_sync(options.durability == Durability::Sync);
+        let inner = &self.inner;
+        if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
+            // The batch's records go above the ceiling on disk: raise it in
+            // the same atomic write. Writes below it need not wait for
+            // this one, which a crash can only lose together with them.
+            let _raising = inner.raising.lock();
+            if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
+                let ceiling = newest.saturating_add(TS_CEILING_STEP);
+                wb.put_cf(
+                    handles[Cf::Default.index()],
+                    TS_CEILING_KEY,
+                    ceiling.to_be_bytes(),
+                );
+                db.write_opt(wb, &opts)?;
+                inner.persisted_ceiling.store(ceiling, Ordering::SeqCst);
+                return Ok(());
+            }
+        }
+        // A batch of memory-only locks alone writes nothing.
+        if !wb.is_empty() {
+            db.write_opt(wb, &opts)?;
+        }
+        Ok(())
+    }
+
+    /// `batch` as a RocksDB write batch (memory-only locks left to the lock
+    /// mirror), with the newest commit ts it writes (0 if none).
+    fn rocks_batch(
+        &self,
+        batch: &WriteBatch,
+        handles: &[&ColumnFamily; Cf::ALL.len()],
+    ) -> (rocksdb::WriteBatch, u64) {
+        let mut newest = 0;
         // Room for every record up front: the batch is one growing string,
         // re-copied at each doubling otherwise.
         let mut wb = rocksdb::WriteBatch::with_capacity_bytes(rocks_batch_size(batch));
@@ -801,31 +882,7 @@ impl RocksEngine {
                 }
             }
         }
-        let mut opts = rocksdb::WriteOptions::default();
-        opts.set_sync(options.durability == Durability::Sync);
-        let inner = &self.inner;
-        if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
-            // The batch's records go above the ceiling on disk: raise it in
-            // the same atomic write. Writes below it need not wait for
-            // this one, which a crash can only lose together with them.
-            let _raising = inner.raising.lock();
-            if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
-                let ceiling = newest.saturating_add(TS_CEILING_STEP);
-                wb.put_cf(
-                    handles[Cf::Default.index()],
-                    TS_CEILING_KEY,
-                    ceiling.to_be_bytes(),
-                );
-                db.write_opt(wb, &opts)?;
-                inner.persisted_ceiling.store(ceiling, Ordering::SeqCst);
-                return Ok(());
-            }
-        }
-        // A batch of memory-only locks alone writes nothing.
-        if !wb.is_empty() {
-            db.write_opt(wb, &opts)?;
-        }
-        Ok(())
+        (wb, newest)
     }
 }
 

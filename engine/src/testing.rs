@@ -372,97 +372,133 @@ pub fn empty_and_binary_keys<E: Engine>(engine: &E) {
 /// seeks agree. `seed` makes a failure reproducible.
 pub fn check_engines_agree<A: Engine, B: Engine>(a: &A, b: &B, seed: u64, rounds: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let random_key = |rng: &mut StdRng| {
-        let len = rng.random_range(0..12);
-        (0..len)
-            .map(|_| rng.random_range(b'a'..=b'e'))
-            .collect::<Vec<u8>>()
-    };
     for round in 0..rounds {
-        let mut batch = WriteBatch::new();
-        for _ in 0..rng.random_range(0..8) {
-            let cf = Cf::ALL[rng.random_range(0..Cf::ALL.len())];
-            match rng.random_range(0..10) {
-                0 => batch.delete_range(cf, random_key(&mut rng), random_key(&mut rng)),
-                1..=3 => batch.delete(cf, random_key(&mut rng)),
-                _ => batch.put(cf, random_key(&mut rng), random_key(&mut rng)),
-            }
-        }
+        let batch = random_batch(&mut rng);
         a.write(&batch, WriteOptions::default()).unwrap();
         b.write(&batch, WriteOptions::default()).unwrap();
         let (sa, sb) = (a.snapshot(), b.snapshot());
         for cf in Cf::ALL {
-            let key = random_key(&mut rng);
-            assert_eq!(
-                sa.get(cf, &key).unwrap(),
-                sb.get(cf, &key).unwrap(),
-                "seed {seed} round {round}"
-            );
-            let mut options = IterOptions::new();
-            if rng.random_bool(0.5) {
-                options = options.lower_bound(random_key(&mut rng));
-            }
-            if rng.random_bool(0.5) {
-                options = options.upper_bound(random_key(&mut rng));
-            }
-            assert_eq!(
-                collect_forward(&sa, cf, options.clone()),
-                collect_forward(&sb, cf, options.clone()),
-                "seed {seed} round {round} cf {cf} {options:?}"
-            );
-            assert_eq!(
-                collect_backward(&sa, cf, options.clone()),
-                collect_backward(&sb, cf, options.clone()),
-                "seed {seed} round {round} cf {cf} {options:?}"
-            );
-            let target = random_key(&mut rng);
-            // Prefix seeks are defined for targets that carry a ts suffix,
-            // inside the bounds (a seek below the lower bound lands on the
-            // bound, whose prefix is not the target's).
-            let seek_mode = if target.len() >= crate::TS_SUFFIX_LEN
-                && options.contains(&target)
-                && rng.random_bool(0.5)
-            {
-                SeekMode::Prefix
-            } else {
-                SeekMode::TotalOrder
-            };
-            let options = options.seek_mode(seek_mode);
-            let (mut ia, mut ib) = (
-                sa.iter(cf, options.clone()).unwrap(),
-                sb.iter(cf, options.clone()).unwrap(),
-            );
-            let forward = rng.random_bool(0.5);
-            let (va, vb) = if forward {
-                (ia.seek(&target).unwrap(), ib.seek(&target).unwrap())
-            } else {
-                (
-                    ia.seek_for_prev(&target).unwrap(),
-                    ib.seek_for_prev(&target).unwrap(),
-                )
-            };
-            assert_eq!(
-                va, vb,
-                "seed {seed} round {round} cf {cf} seek {target:?} forward {forward} {options:?}"
-            );
-            let mut steps = 0;
-            while ia.valid().unwrap() && steps < 4 {
-                assert!(ib.valid().unwrap());
-                assert_eq!(
-                    (ia.key(), ia.value()),
-                    (ib.key(), ib.value()),
-                    "seed {seed} round {round}"
-                );
-                let forward = rng.random_bool(0.5);
-                let (na, nb) = if forward {
-                    (ia.next().unwrap(), ib.next().unwrap())
-                } else {
-                    (ia.prev().unwrap(), ib.prev().unwrap())
-                };
-                assert_eq!(na, nb, "seed {seed} round {round} cf {cf}");
-                steps += 1;
-            }
+            let options = check_reads_agree(&sa, &sb, cf, &mut rng, (seed, round));
+            check_seeks_agree(&sa, &sb, cf, options, &mut rng, (seed, round));
         }
+    }
+}
+
+/// A key of up to 11 bytes from a small alphabet, so that keys collide.
+fn random_key(rng: &mut StdRng) -> Vec<u8> {
+    let len = rng.random_range(0..12);
+    (0..len)
+        .map(|_| rng.random_range(b'a'..=b'e'))
+        .collect::<Vec<u8>>()
+}
+
+/// Up to 7 puts, deletes and range deletes in random column families.
+fn random_batch(rng: &mut StdRng) -> WriteBatch {
+    let mut batch = WriteBatch::new();
+    for _ in 0..rng.random_range(0..8) {
+        let cf = Cf::ALL[rng.random_range(0..Cf::ALL.len())];
+        match rng.random_range(0..10) {
+            0 => batch.delete_range(cf, random_key(rng), random_key(rng)),
+            1..=3 => batch.delete(cf, random_key(rng)),
+            _ => batch.put(cf, random_key(rng), random_key(rng)),
+        }
+    }
+    batch
+}
+
+/// Checks that a get and forward and backward scans within random bounds
+/// agree on `cf` (at `(seed, round)` of [`check_engines_agree`]); returns
+/// the bounds.
+fn check_reads_agree<SA: Snapshot, SB: Snapshot>(
+    sa: &SA,
+    sb: &SB,
+    cf: Cf,
+    rng: &mut StdRng,
+    (seed, round): (u64, usize),
+) -> IterOptions {
+    let key = random_key(rng);
+    assert_eq!(
+        sa.get(cf, &key).unwrap(),
+        sb.get(cf, &key).unwrap(),
+        "seed {seed} round {round}"
+    );
+    let mut options = IterOptions::new();
+    if rng.random_bool(0.5) {
+        options = options.lower_bound(random_key(rng));
+    }
+    if rng.random_bool(0.5) {
+        options = options.upper_bound(random_key(rng));
+    }
+    assert_eq!(
+        collect_forward(sa, cf, options.clone()),
+        collect_forward(sb, cf, options.clone()),
+        "seed {seed} round {round} cf {cf} {options:?}"
+    );
+    assert_eq!(
+        collect_backward(sa, cf, options.clone()),
+        collect_backward(sb, cf, options.clone()),
+        "seed {seed} round {round} cf {cf} {options:?}"
+    );
+    options
+}
+
+/// Checks that a seek (prefix or total order, forward or back) to a random
+/// target within `options`' bounds, and up to 4 random steps from it,
+/// agree on `cf`.
+fn check_seeks_agree<SA: Snapshot, SB: Snapshot>(
+    sa: &SA,
+    sb: &SB,
+    cf: Cf,
+    options: IterOptions,
+    rng: &mut StdRng,
+    (seed, round): (u64, usize),
+) {
+    let target = random_key(rng);
+    // Prefix seeks are defined for targets that carry a ts suffix,
+    // inside the bounds (a seek below the lower bound lands on the
+    // bound, whose prefix is not the target's).
+    let seek_mode = if target.len() >= crate::TS_SUFFIX_LEN
+        && options.contains(&target)
+        && rng.random_bool(0.5)
+    {
+        SeekMode::Prefix
+    } else {
+        SeekMode::TotalOrder
+    };
+    let options = options.seek_mode(seek_mode);
+    let (mut ia, mut ib) = (
+        sa.iter(cf, options.clone()).unwrap(),
+        sb.iter(cf, options.clone()).unwrap(),
+    );
+    let forward = rng.random_bool(0.5);
+    let (va, vb) = if forward {
+        (ia.seek(&target).unwrap(), ib.seek(&target).unwrap())
+    } else {
+        (
+            ia.seek_for_prev(&target).unwrap(),
+            ib.seek_for_prev(&target).unwrap(),
+        )
+    };
+    assert_eq!(
+        va, vb,
+        "seed {seed} round {round} cf {cf} seek {target:?} forward {forward} {options:?}"
+    );
+    let mut steps = 0;
+    while ia.valid().unwrap() && steps < 4 {
+        assert!(ib.valid().unwrap());
+        assert_eq!(
+            (ia.key(), ia.value()),
+            (ib.key(), ib.value()),
+            "seed {seed} round {round}"
+        );
+        let forward = rng.random_bool(0.5);
+        let (na, nb) = if forward {
+            (ia.next().unwrap(), ib.next().unwrap())
+        } else {
+            (ia.prev().unwrap(), ib.prev().unwrap())
+        };
+        assert_eq!(na, nb, "seed {seed} round {round} cf {cf}");
+        steps += 1;
     }
 }
 

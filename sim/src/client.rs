@@ -33,13 +33,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use percolate_mvcc::{Key, TimeStamp, WriteConflictReason};
 use percolate_txn::Error;
-use percolate_txn::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
-use percolate_txn::actions::prewrite::{Mutation, PrewriteResult};
 use percolate_txn::client::{
     CommitPlan, CommitProtocol, Decision, PlanLimits, PrewriteShape, decide,
 };
 use percolate_txn::commands::{
-    AcquirePessimisticLock, Commit, PessimisticRollback, Prewrite, Unlock,
+    AcquirePessimisticLock, Commit, Mutation, PessimisticLockKeyResult, PessimisticRollback,
+    Prewrite, PrewriteResult, Unlock,
 };
 
 use crate::history::{Observation, Op, Outcome, Read, ReadKind, TxnRecord, show};

@@ -11,12 +11,11 @@ use percolate_engine::{Cf, Engine, EngineIterator, IterOptions, Snapshot};
 use percolate_mvcc::{IsolationLevel, Key, Lock, LockInfo, TimeStamp, TsSet};
 use percolate_txn::client::{Client, ClientConfig};
 use percolate_txn::cluster::Cluster;
-use percolate_txn::commands::{Get, ReadCommand, Scan};
-use percolate_txn::concurrency_manager::MaxTsLimit;
+use percolate_txn::commands::{Get, ReadCommand, ReadContext, Scan};
 use percolate_txn::oracle::{Clock, LocalOracle, ManualClock, TimestampOracle};
-use percolate_txn::read::{ReadOptions, ScanRequest};
-use percolate_txn::scheduler::SchedulerConfig;
-use percolate_txn::storage::{Storage, StorageConfig};
+use percolate_txn::storage::{
+    MaxTsLimit, ReadOptions, ScanRequest, SchedulerConfig, Storage, StorageConfig,
+};
 use percolate_txn::{Error, Result};
 
 use crate::SimConfig;
@@ -369,7 +368,7 @@ impl World {
                 ts,
                 options: ReadOptions::default(),
             };
-            if let Ok(value) = get.process(engine, cm) {
+            if let Ok(value) = get.process(ReadContext::new(engine, cm)) {
                 let step = log.lock().step;
                 raced.lock().push(Observation {
                     step,

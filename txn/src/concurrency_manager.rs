@@ -219,11 +219,13 @@ pub struct KeyGuard {
 
 impl KeyGuard {
     /// The key held.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn key(&self) -> &Key {
         &self.key
     }
 
     /// Publishes the lock being written for this key, for readers to see.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn set_lock(&self, lock: Lock) {
         *self.handle.lock.lock() = Some(lock);
     }
@@ -272,18 +274,21 @@ impl ConcurrencyManager {
     /// A manager whose `max_ts` starts at `latest_ts` (a fresh timestamp
     /// from the oracle, so that commits computed here are never below a read
     /// served before a restart).
+    #[cfg(any(test, feature = "test-util"))]
     pub fn new(latest_ts: TimeStamp) -> Self {
         Self::with_limit(latest_ts, None)
     }
 
     /// A manager whose `max_ts` starts at `latest_ts` and, with a `limit`,
     /// never goes above it (see [`MaxTsLimit`]).
+    #[cfg(any(test, feature = "test-util"))]
     pub fn with_limit(latest_ts: TimeStamp, limit: Option<MaxTsLimit>) -> Self {
         Self::with_lock_waits(latest_ts, limit, LockWaits::default())
     }
 
     /// [`with_limit`](Self::with_limit), with pessimistic lock requests
     /// waiting in `lock_waits` (a table shared with other regions).
+    #[cfg(any(test, feature = "test-util"))]
     pub fn with_lock_waits(
         latest_ts: TimeStamp,
         limit: Option<MaxTsLimit>,
@@ -292,8 +297,10 @@ impl ConcurrencyManager {
         Self::with_parts(latest_ts, limit, lock_waits, crate::versions::DEFAULT_BYTES)
     }
 
-    /// [`with_lock_waits`](Self::with_lock_waits), with version hints of
-    /// at most `version_hint_bytes` (see
+    /// A manager whose `max_ts` starts at `latest_ts` and, with a `limit`,
+    /// never goes above it (see [`MaxTsLimit`]); pessimistic lock requests
+    /// wait in `lock_waits` (a table shared with other regions), and version
+    /// hints take at most `version_hint_bytes` (see
     /// [`StorageConfig::version_hint_bytes`](crate::storage::StorageConfig::version_hint_bytes)).
     pub fn with_parts(
         latest_ts: TimeStamp,
@@ -513,6 +520,7 @@ impl ConcurrencyManager {
     }
 
     /// The smallest start_ts among published memory locks.
+    #[cfg(any(test, feature = "test-util", feature = "sim"))]
     pub fn global_min_lock_ts(&self) -> Option<TimeStamp> {
         let handles: Vec<Arc<MemoryLock>> = self
             .inner

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use percolate_engine::{Cf, Modify, WriteBatch};
 use percolate_mvcc::{Key, TimeStamp};
 
@@ -194,7 +194,7 @@ impl LockWaits {
     /// Starts watching `keys` for releases. Call it before the request
     /// reads them, and keep the ticket until its wait ends: a release
     /// after this call makes [`wait`](Self::wait) return at once.
-    pub fn watch(&self, keys: &[Key]) -> WatchTicket {
+    pub(crate) fn watch(&self, keys: &[Key]) -> WatchTicket {
         // Counted before the keys are read: a writer that deletes a lock
         // after that read checks this count after its write and reports.
         self.inner.watchers.fetch_add(1, Ordering::SeqCst);
@@ -265,7 +265,7 @@ impl LockWaits {
     /// since the ticket was taken. Fails with [`Error::Deadlock`], without
     /// waiting, if `lock_ts` waits (directly or through others) for
     /// `start_ts`.
-    pub fn wait(
+    pub(crate) fn wait(
         &self,
         ticket: &WatchTicket,
         start_ts: TimeStamp,
@@ -301,20 +301,22 @@ impl LockWaits {
                 wait_chain: chain,
             });
         }
-        let id = state.next_waiter;
-        state.next_waiter += 1;
-        state.edges.entry(start_ts).or_default().push(edge);
-        state
-            .keys
-            .get_mut(&hash)
-            .expect("a ticket keeps its keys watched")
-            .waiters
-            .push(Waiter {
-                id,
-                start_ts,
-                wake_at: None,
-            });
-        let outcome = loop {
+        let id = state.add_waiter(edge);
+        let outcome = self.sleep(&mut state, hash, id, deadline);
+        state.remove_waiter(start_ts, lock_ts, hash, id);
+        Ok(outcome)
+    }
+
+    /// Sleeps until the waiter `id` on the key `hash` is woken by a release,
+    /// or `deadline` passes.
+    fn sleep(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        hash: u64,
+        id: u64,
+        deadline: Instant,
+    ) -> WaitOutcome {
+        loop {
             let now = Instant::now();
             let wake_at = state.keys[&hash]
                 .waiters
@@ -322,29 +324,14 @@ impl LockWaits {
                 .find(|w| w.id == id)
                 .and_then(|w| w.wake_at);
             if wake_at.is_some_and(|at| at <= now) {
-                break WaitOutcome::Released;
+                return WaitOutcome::Released;
             }
             if now >= deadline {
-                break WaitOutcome::TimedOut;
+                return WaitOutcome::TimedOut;
             }
             let until = wake_at.map_or(deadline, |at| at.min(deadline));
-            self.inner.woken.wait_until(&mut state, until);
-        };
-        if let Some(watched) = state.keys.get_mut(&hash) {
-            watched.waiters.retain(|w| w.id != id);
+            self.inner.woken.wait_until(state, until);
         }
-        if let Some(edges) = state.edges.get_mut(&start_ts) {
-            if let Some(at) = edges
-                .iter()
-                .position(|e| e.wait_for_txn == lock_ts && e.key_hash == hash)
-            {
-                edges.swap_remove(at);
-            }
-            if edges.is_empty() {
-                state.edges.remove(&start_ts);
-            }
-        }
-        Ok(outcome)
     }
 
     /// The wait-for edges now, for tests and diagnostics.
@@ -355,6 +342,44 @@ impl LockWaits {
 }
 
 impl State {
+    /// Adds `edge` to the wait-for graph and its transaction to the
+    /// waiters of the key; returns the waiter's id.
+    fn add_waiter(&mut self, edge: WaitForEntry) -> u64 {
+        let id = self.next_waiter;
+        self.next_waiter += 1;
+        let (hash, start_ts) = (edge.key_hash, edge.txn);
+        self.edges.entry(start_ts).or_default().push(edge);
+        self.keys
+            .get_mut(&hash)
+            .expect("a ticket keeps its keys watched")
+            .waiters
+            .push(Waiter {
+                id,
+                start_ts,
+                wake_at: None,
+            });
+        id
+    }
+
+    /// Takes the waiter `id` of the transaction `start_ts` off the key
+    /// `hash`, and its edge to `lock_ts` out of the graph.
+    fn remove_waiter(&mut self, start_ts: TimeStamp, lock_ts: TimeStamp, hash: u64, id: u64) {
+        if let Some(watched) = self.keys.get_mut(&hash) {
+            watched.waiters.retain(|w| w.id != id);
+        }
+        if let Some(edges) = self.edges.get_mut(&start_ts) {
+            if let Some(at) = edges
+                .iter()
+                .position(|e| e.wait_for_txn == lock_ts && e.key_hash == hash)
+            {
+                edges.swap_remove(at);
+            }
+            if edges.is_empty() {
+                self.edges.remove(&start_ts);
+            }
+        }
+    }
+
     /// The path of waiting edges from `edge`'s `wait_for_txn` back to its
     /// `txn`, if there is one: the cycle `edge` would close, less `edge`.
     fn cycle_through(&self, edge: &WaitForEntry) -> Option<Vec<WaitForEntry>> {

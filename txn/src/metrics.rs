@@ -460,24 +460,6 @@ impl Metrics {
     /// elsewhere (the regions' schedulers, the engine) and are given.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let sum = |pick: &dyn Fn(&Stripe) -> &AtomicU64| -> u64 {
-            self.stripes.iter().map(|s| load(pick(s))).sum()
-        };
-        let histogram = |pick: &dyn Fn(&Stripe) -> &Histogram| {
-            let mut total = HistogramSnapshot {
-                counts: vec![0; BUCKETS + 1],
-                ..HistogramSnapshot::default()
-            };
-            for stripe in self.stripes.iter() {
-                let h = pick(stripe).snapshot();
-                total.count += h.count;
-                total.sum_us += h.sum_us;
-                for (t, n) in total.counts.iter_mut().zip(h.counts) {
-                    *t += n;
-                }
-            }
-            total
-        };
         MetricsSnapshot {
             commands: CommandKind::ALL
                 .iter()
@@ -485,9 +467,9 @@ impl Metrics {
                     let i = kind.index();
                     CommandMetrics {
                         kind,
-                        ok: sum(&|s| &s.commands[i].ok),
-                        failed: sum(&|s| &s.commands[i].failed),
-                        latency: histogram(&|s| &s.commands[i].latency),
+                        ok: self.sum(&|s| &s.commands[i].ok),
+                        failed: self.sum(&|s| &s.commands[i].failed),
+                        latency: self.histogram(&|s| &s.commands[i].latency),
                     }
                 })
                 .filter(|c| c.ok + c.failed > 0)
@@ -498,26 +480,51 @@ impl Metrics {
                     let i = protocol as usize;
                     CommitMetrics {
                         protocol,
-                        optimistic: sum(&|s| &s.protocols[i].optimistic),
-                        pessimistic: sum(&|s| &s.protocols[i].pessimistic),
-                        latency: histogram(&|s| &s.protocols[i].latency),
+                        optimistic: self.sum(&|s| &s.protocols[i].optimistic),
+                        pessimistic: self.sum(&|s| &s.protocols[i].pessimistic),
+                        latency: self.histogram(&|s| &s.protocols[i].latency),
                     }
                 })
                 .collect(),
             resolved: ResolveOutcome::ALL
                 .iter()
-                .map(|&outcome| (outcome, sum(&|s| &s.resolved[outcome as usize])))
+                .map(|&outcome| (outcome, self.sum(&|s| &s.resolved[outcome as usize])))
                 .collect(),
-            conflicts: sum(&|s| &s.conflicts),
-            retries: sum(&|s| &s.retries),
-            rolled_back: sum(&|s| &s.rolled_back),
-            oracle_calls: sum(&|s| &s.oracle_calls),
+            conflicts: self.sum(&|s| &s.conflicts),
+            retries: self.sum(&|s| &s.retries),
+            rolled_back: self.sum(&|s| &s.rolled_back),
+            oracle_calls: self.sum(&|s| &s.oracle_calls),
             latch_waits: 0,
             gc_runs: load(&self.gc_runs),
             gc_safe_point: load(&self.gc_safe_point),
             gc_versions_deleted: load(&self.gc_versions_deleted),
             engine: None,
         }
+    }
+
+    /// One counter summed over the stripes.
+    fn sum(&self, pick: &dyn Fn(&Stripe) -> &AtomicU64) -> u64 {
+        self.stripes
+            .iter()
+            .map(|s| pick(s).load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// One histogram merged over the stripes.
+    fn histogram(&self, pick: &dyn Fn(&Stripe) -> &Histogram) -> HistogramSnapshot {
+        let mut total = HistogramSnapshot {
+            counts: vec![0; BUCKETS + 1],
+            ..HistogramSnapshot::default()
+        };
+        for stripe in self.stripes.iter() {
+            let h = pick(stripe).snapshot();
+            total.count += h.count;
+            total.sum_us += h.sum_us;
+            for (t, n) in total.counts.iter_mut().zip(h.counts) {
+                *t += n;
+            }
+        }
+        total
     }
 }
 
@@ -601,7 +608,16 @@ impl MetricsSnapshot {
     /// name prefixed `percolate_` (the engine's `percolate_rocksdb_`).
     pub fn to_prometheus(&self) -> String {
         let mut out = String::new();
-        let mut counters = Family::new(&mut out, "counter");
+        self.write_labelled_counters(&mut out);
+        self.write_counters(&mut out);
+        self.write_engine_stats(&mut out);
+        self.write_histograms(&mut out);
+        out
+    }
+
+    /// The counters by command, by commit protocol and by resolved lock.
+    fn write_labelled_counters(&self, out: &mut String) {
+        let mut counters = Family::new(out, "counter");
         counters.write(
             "percolate_commands_total",
             "Commands answered, by command and outcome.",
@@ -637,6 +653,11 @@ impl MetricsSnapshot {
                 .iter()
                 .map(|(o, n)| (format!("outcome=\"{}\"", o.name()), *n)),
         );
+    }
+
+    /// The counters and gauges without labels.
+    fn write_counters(&self, out: &mut String) {
+        let mut counters = Family::new(out, "counter");
         for (name, help, value) in [
             (
                 "percolate_conflicts_total",
@@ -672,23 +693,31 @@ impl MetricsSnapshot {
         ] {
             counters.write(name, help, [(String::new(), value)]);
         }
-        Family::new(&mut out, "gauge").write(
+        Family::new(out, "gauge").write(
             "percolate_gc_safe_point",
             "The newest GC safe point (a timestamp).",
             [(String::new(), self.gc_safe_point)],
         );
+    }
+
+    /// The engine's own statistics, when there are any.
+    fn write_engine_stats(&self, out: &mut String) {
         if let Some(engine) = &self.engine {
             for (name, counter, help, value) in engine.fields() {
                 let kind = if counter { "counter" } else { "gauge" };
-                Family::new(&mut out, kind).write(
+                Family::new(out, kind).write(
                     &format!("percolate_rocksdb_{name}"),
                     help,
                     [(String::new(), value)],
                 );
             }
         }
+    }
+
+    /// The latencies of commands and of commits.
+    fn write_histograms(&self, out: &mut String) {
         histograms(
-            &mut out,
+            out,
             "percolate_command_duration_seconds",
             "From a command's submission to its answer.",
             self.commands
@@ -696,14 +725,13 @@ impl MetricsSnapshot {
                 .map(|c| (format!("command=\"{}\"", c.kind.name()), &c.latency)),
         );
         histograms(
-            &mut out,
+            out,
             "percolate_commit_duration_seconds",
             "A transaction's commit, by protocol.",
             self.commits
                 .iter()
                 .map(|c| (format!("protocol=\"{}\"", c.protocol.name()), &c.latency)),
         );
-        out
     }
 }
 

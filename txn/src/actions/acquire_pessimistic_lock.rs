@@ -92,108 +92,16 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
     hints: Option<&dyn VersionHints>,
 ) -> Result<PessimisticLockKeyResult> {
     let start_ts = txn.start_ts();
-    let for_update_ts = options.for_update_ts;
     if options.lock_only_if_exists && !options.return_value {
         return Err(percolate_mvcc::Error::LockIfExistsFailed { start_ts, key }.into());
     }
-    let wants_value = options.return_value || options.check_existence;
     if let Some(lock) = reader.load_lock(&key)? {
-        if lock.ts != start_ts {
-            return Err(key_is_locked(&key, lock));
-        }
-        if !lock.is_pessimistic_lock() {
-            return Err(percolate_mvcc::Error::LockTypeNotMatch {
-                start_ts,
-                key,
-                pessimistic: false,
-            }
-            .into());
-        }
-        // A repeated request: the key is already ours.
-        if should_not_exist {
-            check_not_exists(reader, &key, for_update_ts)?;
-        }
-        let value = if wants_value {
-            value_at(reader, &key, for_update_ts, options.return_value)?
-        } else {
-            None
-        };
-        if for_update_ts > lock.for_update_ts {
-            let raised = Lock {
-                primary: options.primary.clone(),
-                for_update_ts,
-                ttl: super::clamp_ttl(options.lock_ttl),
-                min_commit_ts: options.min_commit_ts,
-                ..lock
-            };
-            txn.put_lock(key, &raised);
-        }
-        return Ok(PessimisticLockKeyResult::new(options, value));
+        return lock_again(txn, reader, key, lock, should_not_exist, options);
     }
-
     let mut value = None;
-    // Every record the checks below look for (a commit newer than
-    // for_update_ts, this transaction's own rollback) has a commit_ts at or
-    // above the start_ts: where the engine's ts ceiling of the key is below
-    // it, there is none, and only a request that wants the value reads.
-    // A request that wants the value and finds no record at or above its
-    // start_ts needs only the key's newest data version: from the version
-    // hints (`reader` reads the latest data), with no seek, when they have
-    // it. Records above it (a Lock, a Rollback) are below the start_ts and
-    // change nothing here but which version the value comes from, and the
-    // checks below step over them to that same version (a data version
-    // with a GC fence is left to the seek, which judges the fence where
-    // it finds the version).
-    let unwritten = !should_not_exist && reader.no_write_since(&key, start_ts);
-    let hinted = match hints {
-        Some(hints) if unwritten && wants_value => reader
-            .hinted_data_version(&key, start_ts, hints)?
-            .filter(|(_, write)| write.gc_fence.is_none()),
-        _ => None,
-    };
-    let newest = if hinted.is_some() {
-        hinted
-    } else if unwritten && !wants_value {
-        None
-    } else {
-        reader.seek_write(&key, TimeStamp::max())?
-    };
-    if let Some((commit_ts, write)) = newest {
-        if commit_ts > for_update_ts {
-            return Err(percolate_mvcc::Error::WriteConflict {
-                start_ts,
-                conflict_start_ts: write.start_ts,
-                conflict_commit_ts: commit_ts,
-                key,
-                primary: options.primary.clone(),
-                reason: WriteConflictReason::PessimisticRetry,
-            }
-            .into());
-        }
-        if is_own_rollback(start_ts, commit_ts, &write) {
-            return Err(rolled_back(start_ts, key));
-        }
-        // Records newer than the start_ts may hide the rollback below them.
-        if commit_ts > start_ts {
-            if let Some((older_ts, older)) = reader.seek_write(&key, start_ts)? {
-                if is_own_rollback(start_ts, older_ts, &older) {
-                    return Err(rolled_back(start_ts, key));
-                }
-            }
-        }
-        if should_not_exist {
-            check_not_exists(reader, &key, commit_ts)?;
-        }
-        if wants_value {
-            value = visible_value(
-                reader,
-                &key,
-                start_ts,
-                commit_ts,
-                write,
-                options.return_value,
-            )?;
-        }
+    if let Some(newest) = newest_record(reader, &key, start_ts, should_not_exist, options, hints)?
+    {
+        value = check_newest_record(reader, &key, start_ts, newest, should_not_exist, options)?;
     }
     if options.lock_only_if_exists && value.is_none() {
         return Ok(PessimisticLockKeyResult::new(options, None));
@@ -204,10 +112,140 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
         start_ts,
         super::clamp_ttl(options.lock_ttl),
     );
-    lock.for_update_ts = for_update_ts;
+    lock.for_update_ts = options.for_update_ts;
     lock.min_commit_ts = options.min_commit_ts;
     txn.put_lock(key, &lock);
     Ok(PessimisticLockKeyResult::new(options, value))
+}
+
+/// The request meets `lock` on its key: another transaction's lock is
+/// `KeyIsLocked`, this transaction's prewrite lock `LockTypeNotMatch`, and
+/// its own pessimistic lock makes the request a repeat, whose
+/// `for_update_ts` raises the lock's if larger.
+fn lock_again<S: Snapshot>(
+    txn: &mut MvccTxn,
+    reader: &mut MvccReader<S>,
+    key: Key,
+    lock: Lock,
+    should_not_exist: bool,
+    options: &PessimisticLockOptions,
+) -> Result<PessimisticLockKeyResult> {
+    let start_ts = txn.start_ts();
+    let for_update_ts = options.for_update_ts;
+    if lock.ts != start_ts {
+        return Err(key_is_locked(&key, lock));
+    }
+    if !lock.is_pessimistic_lock() {
+        return Err(percolate_mvcc::Error::LockTypeNotMatch {
+            start_ts,
+            key,
+            pessimistic: false,
+        }
+        .into());
+    }
+    if should_not_exist {
+        check_not_exists(reader, &key, for_update_ts)?;
+    }
+    let value = if options.return_value || options.check_existence {
+        value_at(reader, &key, for_update_ts, options.return_value)?
+    } else {
+        None
+    };
+    if for_update_ts > lock.for_update_ts {
+        let raised = Lock {
+            primary: options.primary.clone(),
+            for_update_ts,
+            ttl: super::clamp_ttl(options.lock_ttl),
+            min_commit_ts: options.min_commit_ts,
+            ..lock
+        };
+        txn.put_lock(key, &raised);
+    }
+    Ok(PessimisticLockKeyResult::new(options, value))
+}
+
+/// The key's newest record, for the checks of an unlocked key, or `None`
+/// where they need none.
+///
+/// Every record the checks look for (a commit newer than for_update_ts,
+/// this transaction's own rollback) has a commit_ts at or above the
+/// start_ts: where the engine's ts ceiling of the key is below it, there
+/// is none, and only a request that wants the value reads. A request that
+/// wants the value and finds no record at or above its start_ts needs only
+/// the key's newest data version: from the version hints (`reader` reads
+/// the latest data), with no seek, when they have it. Records above it (a
+/// Lock, a Rollback) are below the start_ts and change nothing here but
+/// which version the value comes from, and the checks step over them to
+/// that same version (a data version with a GC fence is left to the seek,
+/// which judges the fence where it finds the version).
+fn newest_record<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    key: &Key,
+    start_ts: TimeStamp,
+    should_not_exist: bool,
+    options: &PessimisticLockOptions,
+    hints: Option<&dyn VersionHints>,
+) -> Result<Option<(TimeStamp, Write)>> {
+    let wants_value = options.return_value || options.check_existence;
+    let unwritten = !should_not_exist && reader.no_write_since(key, start_ts);
+    let hinted = match hints {
+        Some(hints) if unwritten && wants_value => reader
+            .hinted_data_version(key, start_ts, hints)?
+            .filter(|(_, write)| write.gc_fence.is_none()),
+        _ => None,
+    };
+    if hinted.is_some() {
+        Ok(hinted)
+    } else if unwritten && !wants_value {
+        Ok(None)
+    } else {
+        Ok(reader.seek_write(key, TimeStamp::max())?)
+    }
+}
+
+/// Checks an unlocked key's newest record (at `commit_ts`): a commit newer
+/// than `for_update_ts` is a `PessimisticRetry` write conflict, this
+/// transaction's own rollback `PessimisticLockRolledBack`, and a visible
+/// value of an insert `AlreadyExist`. Returns the value the request asks
+/// for.
+fn check_newest_record<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    key: &Key,
+    start_ts: TimeStamp,
+    (commit_ts, write): (TimeStamp, Write),
+    should_not_exist: bool,
+    options: &PessimisticLockOptions,
+) -> Result<Option<Vec<u8>>> {
+    if commit_ts > options.for_update_ts {
+        return Err(percolate_mvcc::Error::WriteConflict {
+            start_ts,
+            conflict_start_ts: write.start_ts,
+            conflict_commit_ts: commit_ts,
+            key: key.clone(),
+            primary: options.primary.clone(),
+            reason: WriteConflictReason::PessimisticRetry,
+        }
+        .into());
+    }
+    if is_own_rollback(start_ts, commit_ts, &write) {
+        return Err(rolled_back(start_ts, key.clone()));
+    }
+    // Records newer than the start_ts may hide the rollback below them.
+    if commit_ts > start_ts {
+        if let Some((older_ts, older)) = reader.seek_write(key, start_ts)? {
+            if is_own_rollback(start_ts, older_ts, &older) {
+                return Err(rolled_back(start_ts, key.clone()));
+            }
+        }
+    }
+    if should_not_exist {
+        check_not_exists(reader, key, commit_ts)?;
+    }
+    if options.return_value || options.check_existence {
+        visible_value(reader, key, start_ts, commit_ts, write, options.return_value)
+    } else {
+        Ok(None)
+    }
 }
 
 /// Whether the record at `commit_ts` says the transaction `start_ts` was

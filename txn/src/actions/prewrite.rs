@@ -14,6 +14,8 @@
 //! what such a reader saw. If that ts would exceed the caller's
 //! `max_commit_ts`, the prewrite falls back to plain 2PC.
 
+use std::ops::ControlFlow;
+
 use percolate_engine::Snapshot;
 use percolate_mvcc::{
     Assertion, Key, Lock, LockInfo, LockType, MvccReader, MvccTxn, PessimisticLockNotFoundReason,
@@ -255,38 +257,12 @@ pub fn prewrite<S: Snapshot>(
     secondaries: Option<&[Vec<u8>]>,
 ) -> Result<PrewriteKeyResult> {
     debug_assert_eq!(txn.start_ts(), props.start_ts);
-    let pessimistic = matches!(props.kind, TransactionKind::Pessimistic { .. });
-    if pessimistic && mutation.kind == MutationKind::CheckNotExists {
-        return Err(Error::InvalidRequest {
-            reason: "CheckNotExists cannot be part of a pessimistic prewrite",
-            key: Some(mutation.key),
-        });
-    }
-    let mut own = OwnLock::default();
-    match reader.load_lock(&mutation.key)? {
-        Some(lock) => match check_lock(props, &mutation, lock)? {
-            LockStatus::Prewritten(done) => return Ok(done),
-            LockStatus::Pessimistic(lock) => own.pessimistic = Some(lock),
-        },
-        None if pessimistic
-            && mutation.pessimistic_action == PessimisticAction::DoPessimisticCheck =>
-        {
-            amend_pessimistic_lock(reader, props, &mutation.key)?;
-            own.amended = true;
-        }
-        None => {}
-    }
+    let own = match find_own_lock(reader, props, &mutation)? {
+        ControlFlow::Break(done) => return Ok(done),
+        ControlFlow::Continue(own) => own,
+    };
     if !skips_constraint_check(props, &mutation) {
-        // Only an existence check needs the newest record itself. The
-        // conflict check alone needs no read when every record of the key
-        // is older than the start_ts: then none is newer, and none is a
-        // rollback of this transaction (written at its start_ts).
-        if mutation.checks_existence() {
-            let newest = check_for_newer_version(reader, props, &mutation)?;
-            check_existence(reader, props, &mutation, newest)?;
-        } else if !reader.no_write_since(&mutation.key, props.start_ts) {
-            check_for_newer_version(reader, props, &mutation)?;
-        }
+        check_constraints(reader, props, &mutation)?;
     }
     let Some(lock_type) = mutation.lock_type() else {
         return Ok(PrewriteKeyResult {
@@ -294,20 +270,7 @@ pub fn prewrite<S: Snapshot>(
             ..Default::default()
         });
     };
-    let mut lock = Lock::new(
-        lock_type,
-        props.primary.clone(),
-        props.start_ts,
-        super::clamp_ttl(props.lock_ttl),
-    );
-    lock.txn_size = props.txn_size;
-    lock.min_commit_ts = props.min_commit_ts;
-    lock.for_update_ts = props.kind.for_update_ts();
-    if let Some(held) = &own.pessimistic {
-        lock.ttl = lock.ttl.max(super::clamp_ttl(held.ttl));
-        lock.min_commit_ts = lock.min_commit_ts.max(held.min_commit_ts);
-        lock.for_update_ts = lock.for_update_ts.max(held.for_update_ts);
-    }
+    let mut lock = new_lock(props, lock_type, own.pessimistic.as_ref());
     if let MutationKind::Put(value) | MutationKind::Insert(value) = mutation.kind {
         if is_short_value(&value) {
             lock.short_value = Some(value);
@@ -328,6 +291,78 @@ pub fn prewrite<S: Snapshot>(
         min_commit_ts,
         ..Default::default()
     })
+}
+
+/// Checks the key's lock: another transaction's blocks the prewrite, this
+/// transaction's own prewrite lock answers a retry (`Break`), and its
+/// pessimistic lock, or one it is missing and takes over, is what the
+/// prewrite replaces (`Continue`).
+fn find_own_lock<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    props: &TransactionProperties,
+    mutation: &Mutation,
+) -> Result<ControlFlow<PrewriteKeyResult, OwnLock>> {
+    let pessimistic = matches!(props.kind, TransactionKind::Pessimistic { .. });
+    if pessimistic && mutation.kind == MutationKind::CheckNotExists {
+        return Err(Error::InvalidRequest {
+            reason: "CheckNotExists cannot be part of a pessimistic prewrite",
+            key: Some(mutation.key.clone()),
+        });
+    }
+    let mut own = OwnLock::default();
+    match reader.load_lock(&mutation.key)? {
+        Some(lock) => match check_lock(props, mutation, lock)? {
+            LockStatus::Prewritten(done) => return Ok(ControlFlow::Break(done)),
+            LockStatus::Pessimistic(lock) => own.pessimistic = Some(lock),
+        },
+        None if pessimistic
+            && mutation.pessimistic_action == PessimisticAction::DoPessimisticCheck =>
+        {
+            amend_pessimistic_lock(reader, props, &mutation.key)?;
+            own.amended = true;
+        }
+        None => {}
+    }
+    Ok(ControlFlow::Continue(own))
+}
+
+/// The write-conflict and existence checks. Only an existence check needs
+/// the newest record itself. The conflict check alone needs no read when
+/// every record of the key is older than the start_ts: then none is newer,
+/// and none is a rollback of this transaction (written at its start_ts).
+fn check_constraints<S: Snapshot>(
+    reader: &mut MvccReader<S>,
+    props: &TransactionProperties,
+    mutation: &Mutation,
+) -> Result<()> {
+    if mutation.checks_existence() {
+        let newest = check_for_newer_version(reader, props, mutation)?;
+        check_existence(reader, props, mutation, newest)?;
+    } else if !reader.no_write_since(&mutation.key, props.start_ts) {
+        check_for_newer_version(reader, props, mutation)?;
+    }
+    Ok(())
+}
+
+/// The lock the prewrite writes, before its value and commit_ts bound: a
+/// replaced pessimistic lock (`held`) keeps the larger TTL, min_commit_ts
+/// and for_update_ts of the two.
+fn new_lock(props: &TransactionProperties, lock_type: LockType, held: Option<&Lock>) -> Lock {
+    let mut lock = Lock::new(
+        lock_type,
+        props.primary.clone(),
+        props.start_ts,
+        super::clamp_ttl(props.lock_ttl),
+    );
+    lock.txn_size = props.txn_size;
+    lock.min_commit_ts = props.min_commit_ts;
+    lock.for_update_ts = props.kind.for_update_ts();
+    if let Some(held) = held {
+        lock.ttl = lock.ttl.max(super::clamp_ttl(held.ttl));
+        lock.min_commit_ts = lock.min_commit_ts.max(held.min_commit_ts);
+        lock.for_update_ts = lock.for_update_ts.max(held.for_update_ts);
+    }
+    lock
 }
 
 /// What the prewrite found of the transaction's own lock on the key.
@@ -688,25 +723,15 @@ fn prewrite_all<S: Snapshot>(
             .windows(2)
             .all(|pair| pair[0].key.as_encoded() < pair[1].key.as_encoded());
     let mut reader = MvccReader::new(snapshot.clone()).ascending(ascending);
-    let mut result = PrewriteResult::default();
-    let mut commit_ts = TimeStamp::zero();
-    let mut one_pc_locks = Vec::new();
-    // Reported only if nothing else goes wrong: a conflict or a lock on a
-    // later key is the error the client must act on first.
-    let mut assertion_failure = None;
+    let mut keys = Prewritten::default();
     for mutation in mutations {
         let key = &mutation.key;
         let is_primary = key.is_encoded_from(&props.primary);
         let secondaries = secondaries.filter(|_| is_primary);
         match prewrite(&mut txn, &mut reader, props, mutation.clone(), secondaries) {
-            Ok(done) => {
-                commit_ts = commit_ts.max(done.min_commit_ts);
-                if let Some((key, lock)) = done.one_pc_lock {
-                    one_pc_locks.push((key, lock, done.remove_pessimistic_lock));
-                }
-            }
+            Ok(done) => keys.add(done),
             Err(e @ Error::Mvcc(percolate_mvcc::Error::AssertionFailed { .. })) => {
-                assertion_failure.get_or_insert(e);
+                keys.assertion_failure.get_or_insert(e);
             }
             Err(e) if is_lock_or_conflict(&e) => {
                 if let Some(commit_ts) = committed_ts(&mut reader, props, key)? {
@@ -716,33 +741,67 @@ fn prewrite_all<S: Snapshot>(
                     ));
                 }
                 match e {
-                    Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(lock)) => {
-                        result.locks.push(*lock)
-                    }
+                    Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(lock)) => keys.locks.push(*lock),
                     _ => return Err(e),
                 }
             }
             Err(e) => return Err(e),
         }
     }
-    if let Some(e) = assertion_failure {
-        return Err(e);
-    }
-    if !result.locks.is_empty() {
-        return Ok((MvccTxn::new(props.start_ts), result));
-    }
-    // Zero when no key computed one: a retry that found only its own 2PC
-    // locks (its first attempt fell back).
-    let computed = Some(commit_ts).filter(|ts| !ts.is_zero());
-    match props.commit_kind {
-        CommitKind::OnePc { .. } => {
-            commit_one_pc(&mut txn, one_pc_locks, commit_ts)?;
-            result.one_pc_commit_ts = computed;
+    keys.finish(txn, props)
+}
+
+/// What the keys of a request came to, as they are prewritten.
+#[derive(Default)]
+struct Prewritten {
+    /// The locks of other transactions met.
+    locks: Vec<LockInfo>,
+    /// The largest min_commit_ts of the keys; zero when no key computed
+    /// one.
+    commit_ts: TimeStamp,
+    /// For 1PC: each key's lock, and whether it replaces a pessimistic
+    /// lock.
+    one_pc_locks: Vec<(Key, Lock, bool)>,
+    /// Reported only if nothing else goes wrong: a conflict or a lock on a
+    /// later key is the error the client must act on first.
+    assertion_failure: Option<Error>,
+}
+
+impl Prewritten {
+    fn add(&mut self, done: PrewriteKeyResult) {
+        self.commit_ts = self.commit_ts.max(done.min_commit_ts);
+        if let Some((key, lock)) = done.one_pc_lock {
+            self.one_pc_locks
+                .push((key, lock, done.remove_pessimistic_lock));
         }
-        CommitKind::Async { .. } => result.min_commit_ts = computed,
-        CommitKind::TwoPc => {}
     }
-    Ok((txn, result))
+
+    /// The request's answer, with what to write: nothing when a key failed
+    /// its assertion or was locked; for 1PC, the commit records.
+    fn finish(self, mut txn: MvccTxn, props: &TransactionProperties) -> Result<(MvccTxn, PrewriteResult)> {
+        if let Some(e) = self.assertion_failure {
+            return Err(e);
+        }
+        let mut result = PrewriteResult {
+            locks: self.locks,
+            ..Default::default()
+        };
+        if !result.locks.is_empty() {
+            return Ok((MvccTxn::new(props.start_ts), result));
+        }
+        // Zero when no key computed one: a retry that found only its own
+        // 2PC locks (its first attempt fell back).
+        let computed = Some(self.commit_ts).filter(|ts| !ts.is_zero());
+        match props.commit_kind {
+            CommitKind::OnePc { .. } => {
+                commit_one_pc(&mut txn, self.one_pc_locks, self.commit_ts)?;
+                result.one_pc_commit_ts = computed;
+            }
+            CommitKind::Async { .. } => result.min_commit_ts = computed,
+            CommitKind::TwoPc => {}
+        }
+        Ok((txn, result))
+    }
 }
 
 fn is_lock_or_conflict(e: &Error) -> bool {

@@ -2,20 +2,19 @@
 //!
 //! Once a transaction's fate is known (from its primary, or from all its
 //! secondaries for async commit), a resolver commits or rolls back each of
-//! its locks. Large ranges are done in batches of at most
-//! [`RESOLVE_LOCK_BATCH_SIZE`] locks, each batch one atomic write.
+//! its locks. A range is resolved in batches, each one atomic write:
+//! `Storage::resolve_lock` scans a batch of locks and sends it as one
+//! `ResolveLock` command, which calls [`resolve_lock_key`] on each.
+//! [`resolve_lock_batch`], the same loop over a snapshot, is the action
+//! tests' form (with `test-util`).
 
 use percolate_engine::Snapshot;
 use percolate_mvcc::{Key, MvccReader, MvccTxn, TimeStamp};
 
 use super::cleanup::{CleanupKind, cleanup};
 use super::commit::commit;
-use super::{ReleasedLock, check_commit_ts};
+use super::ReleasedLock;
 use crate::Result;
-
-/// Locks resolved per batch. Small in tests so that the continuation path
-/// runs.
-pub const RESOLVE_LOCK_BATCH_SIZE: usize = if cfg!(test) { 2 } else { 256 };
 
 /// Commits (`commit_ts` non-zero) or rolls back (`commit_ts` zero) the
 /// acting transaction's lock on one key.
@@ -34,6 +33,7 @@ pub fn resolve_lock_key<S: Snapshot>(
 
 /// One batch of a range resolve: what to write, and where the next batch
 /// starts (`None` when the range is done).
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Debug)]
 pub struct ResolveBatch {
     /// The modifications of this batch.
@@ -47,6 +47,7 @@ pub struct ResolveBatch {
 /// Resolves up to `batch_size` locks of the transaction `start_ts` in
 /// `[start, end)`. Write the batch, then call again from `next_start` on a
 /// new snapshot until it is `None`.
+#[cfg(any(test, feature = "test-util"))]
 pub fn resolve_lock_batch<S: Snapshot>(
     snapshot: &S,
     start_ts: TimeStamp,
@@ -56,7 +57,7 @@ pub fn resolve_lock_batch<S: Snapshot>(
     batch_size: usize,
 ) -> Result<ResolveBatch> {
     if !commit_ts.is_zero() {
-        check_commit_ts(start_ts, commit_ts)?;
+        super::check_commit_ts(start_ts, commit_ts)?;
     }
     let mut reader = MvccReader::new(snapshot.clone());
     let (locks, has_more) =
@@ -79,6 +80,7 @@ pub fn resolve_lock_batch<S: Snapshot>(
 }
 
 /// The smallest encoded key after `key`.
+#[cfg(any(test, feature = "test-util"))]
 fn next_key(key: &Key) -> Key {
     let mut next = key.as_encoded().clone();
     next.push(0);

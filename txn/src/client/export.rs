@@ -168,37 +168,7 @@ impl Client<RocksEngine> {
         }
         prepare_empty_dir(out)?;
         resolve_range(&reader, start, end)?;
-        let snap = engine.snapshot();
-        let bounds = encoded_bounds(start, end);
-        let prefix = ts.into_inner();
-        let write_name = format!("{prefix}_write.sst");
-        let ((long_values, write_tally), _) =
-            RocksEngine::write_sst(Cf::Write, &out.join(&write_name), |sink| {
-                export_writes(&snap, &bounds, ts, sink)
-            })?;
-        let default_name = format!("{prefix}_default.sst");
-        let (default_tally, _) =
-            RocksEngine::write_sst(Cf::Default, &out.join(&default_name), |sink| {
-                export_values(&snap, long_values, sink)
-            })?;
-        let mut files = Vec::new();
-        for (name, cf, tally) in [
-            (write_name, Cf::Write, write_tally),
-            (default_name, Cf::Default, default_tally),
-        ] {
-            if tally.entries > 0 {
-                let (size, crc32) = file_crc32(&out.join(&name))?;
-                files.push(ExportedFile {
-                    name,
-                    cf,
-                    entries: tally.entries,
-                    kv_bytes: tally.kv_bytes,
-                    crc64xor: tally.crc64xor,
-                    size,
-                    crc32,
-                });
-            }
-        }
+        let files = write_files(&engine.snapshot(), &encoded_bounds(start, end), ts, out)?;
         let manifest = ExportManifest {
             start: start.to_vec(),
             end: end.map(<[u8]>::to_vec),
@@ -243,6 +213,47 @@ impl Client<RocksEngine> {
         })?;
         Ok(manifest)
     }
+}
+
+/// Writes the export's SST files of the data in `bounds` as of `ts` (the
+/// write CF's, then the values too long to live in it), leaving out a file
+/// with no entry.
+fn write_files<S: percolate_engine::Snapshot>(
+    snap: &S,
+    bounds: &IterOptions,
+    ts: TimeStamp,
+    out: &Path,
+) -> Result<Vec<ExportedFile>> {
+    let prefix = ts.into_inner();
+    let write_name = format!("{prefix}_write.sst");
+    let ((long_values, write_tally), _) =
+        RocksEngine::write_sst(Cf::Write, &out.join(&write_name), |sink| {
+            export_writes(snap, bounds, ts, sink)
+        })?;
+    let default_name = format!("{prefix}_default.sst");
+    let (default_tally, _) =
+        RocksEngine::write_sst(Cf::Default, &out.join(&default_name), |sink| {
+            export_values(snap, long_values, sink)
+        })?;
+    let mut files = Vec::new();
+    for (name, cf, tally) in [
+        (write_name, Cf::Write, write_tally),
+        (default_name, Cf::Default, default_tally),
+    ] {
+        if tally.entries > 0 {
+            let (size, crc32) = file_crc32(&out.join(&name))?;
+            files.push(ExportedFile {
+                name,
+                cf,
+                entries: tally.entries,
+                kv_bytes: tally.kv_bytes,
+                crc64xor: tally.crc64xor,
+                size,
+                crc32,
+            });
+        }
+    }
+    Ok(files)
 }
 
 /// The encoded bounds of the raw range `[start, end)`: every version of

@@ -245,40 +245,13 @@ impl<E: Engine> PessimisticTransaction<E> {
         let mut values = std::collections::HashMap::new();
         let mut rest = &needed[..];
         if self.primary.is_none() {
-            // The first key locked is the primary: lock it on its own
-            // first, so every later lock names a primary that exists.
             let primary = needed[0].clone();
-            self.primary = Some(primary.clone());
-            let value = match self.lock_region(
-                &client,
-                std::slice::from_ref(&primary),
-                want_values,
-                should_not_exist,
-            ) {
-                Ok(mut value) => value.pop().flatten(),
-                Err(e) => {
-                    self.primary = None;
-                    return Err(e);
-                }
-            };
-            self.locked.insert(primary.clone());
-            // Buffered as soon as locked (committed as a Lock record unless
-            // written), so that the commit prewrites it whatever follows.
-            self.txn.lock_keys([primary.clone()]);
-            values.insert(primary.clone(), value);
-            client.heartbeats.keep_alive(self.start_ts(), primary);
+            let value =
+                self.lock_primary(&client, primary.clone(), want_values, should_not_exist)?;
+            values.insert(primary, value);
             rest = &needed[1..];
         }
-        // Group by region, in key order; one request per region.
-        let mut by_region: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
-        for k in rest {
-            let region = client.cluster.region_index(k);
-            match by_region.iter_mut().find(|(r, _)| *r == region) {
-                Some((_, ks)) => ks.push((*k).clone()),
-                None => by_region.push((region, vec![(*k).clone()])),
-            }
-        }
-        for (_, ks) in by_region {
+        for (_, ks) in by_region(&client, rest) {
             let got = self.lock_region(&client, &ks, want_values, should_not_exist)?;
             for (k, v) in ks.into_iter().zip(got) {
                 self.locked.insert(k.clone());
@@ -287,6 +260,37 @@ impl<E: Engine> PessimisticTransaction<E> {
             }
         }
         Ok(keys.iter().map(|k| values.remove(k).flatten()).collect())
+    }
+
+    /// Locks the first key of the transaction, its primary, on its own, so
+    /// that every later lock names a primary that exists; returns its value
+    /// when `want_values`.
+    fn lock_primary(
+        &mut self,
+        client: &Inner<E>,
+        primary: Vec<u8>,
+        want_values: bool,
+        should_not_exist: bool,
+    ) -> Result<Option<Vec<u8>>> {
+        self.primary = Some(primary.clone());
+        let value = match self.lock_region(
+            client,
+            std::slice::from_ref(&primary),
+            want_values,
+            should_not_exist,
+        ) {
+            Ok(mut value) => value.pop().flatten(),
+            Err(e) => {
+                self.primary = None;
+                return Err(e);
+            }
+        };
+        self.locked.insert(primary.clone());
+        // Buffered as soon as locked (committed as a Lock record unless
+        // written), so that the commit prewrites it whatever follows.
+        self.txn.lock_keys([primary.clone()]);
+        client.heartbeats.keep_alive(self.start_ts(), primary);
+        Ok(value)
     }
 
     /// Locks `keys`, all in one region: waits for locks in the way,
@@ -299,7 +303,6 @@ impl<E: Engine> PessimisticTransaction<E> {
         want_values: bool,
         should_not_exist: bool,
     ) -> Result<Vec<Option<Vec<u8>>>> {
-        let primary = self.primary.clone().expect("the primary is chosen first");
         let storage = client.cluster.region_for(&keys[0]).storage();
         let deadline = Deadline::after(client.config.resolve_timeout);
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
@@ -308,25 +311,8 @@ impl<E: Engine> PessimisticTransaction<E> {
             // is what the locked keys are read at.
             let for_update_ts = client.oracle.get_ts()?;
             self.for_update_ts = self.for_update_ts.max(for_update_ts);
-            let mut request = AcquirePessimisticLock::new(
-                keys.iter().map(|k| key(k)).collect(),
-                primary.clone(),
-                self.start_ts(),
-                for_update_ts,
-            )
-            .lock_ttl(
-                client
-                    .config
-                    .lock_ttl_ms
-                    .saturating_add(self.txn.open_for().as_millis() as u64),
-            )
-            .wait_timeout(client.config.lock_wait_timeout);
-            if want_values {
-                request = request.return_values();
-            }
-            for (_, insert) in &mut request.keys {
-                *insert = should_not_exist;
-            }
+            let request =
+                self.lock_request(client, keys, for_update_ts, want_values, should_not_exist);
             match storage.acquire_pessimistic_lock(request) {
                 Ok(results) => {
                     return Ok(results
@@ -361,6 +347,38 @@ impl<E: Engine> PessimisticTransaction<E> {
         }
     }
 
+    /// The request locking `keys` at `for_update_ts`.
+    fn lock_request(
+        &self,
+        client: &Inner<E>,
+        keys: &[Vec<u8>],
+        for_update_ts: TimeStamp,
+        want_values: bool,
+        should_not_exist: bool,
+    ) -> AcquirePessimisticLock {
+        let primary = self.primary.clone().expect("the primary is chosen first");
+        let mut request = AcquirePessimisticLock::new(
+            keys.iter().map(|k| key(k)).collect(),
+            primary,
+            self.start_ts(),
+            for_update_ts,
+        )
+        .lock_ttl(
+            client
+                .config
+                .lock_ttl_ms
+                .saturating_add(self.txn.open_for().as_millis() as u64),
+        )
+        .wait_timeout(client.config.lock_wait_timeout);
+        if want_values {
+            request = request.return_values();
+        }
+        for (_, insert) in &mut request.keys {
+            *insert = should_not_exist;
+        }
+        request
+    }
+
     /// Releases every pessimistic lock of the transaction, without waiting:
     /// pessimistic locks taken by it, and any lock a failed prewrite left.
     fn release_locks(&mut self) {
@@ -392,6 +410,19 @@ impl<E: Engine> PessimisticTransaction<E> {
             });
         }
     }
+}
+
+/// `keys` grouped by region, in key order: one lock request per region.
+fn by_region<E: Engine>(client: &Inner<E>, keys: &[&Vec<u8>]) -> Vec<(usize, Vec<Vec<u8>>)> {
+    let mut by_region: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+    for k in keys {
+        let region = client.cluster.region_index(k);
+        match by_region.iter_mut().find(|(r, _)| *r == region) {
+            Some((_, ks)) => ks.push((*k).clone()),
+            None => by_region.push((region, vec![(*k).clone()])),
+        }
+    }
+    by_region
 }
 
 impl<E: Engine> Drop for PessimisticTransaction<E> {

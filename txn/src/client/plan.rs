@@ -89,14 +89,7 @@ impl CommitPlan {
             .iter()
             .map(|(r, ms)| (*r, ms.iter().map(|m| m.key.clone()).collect()))
             .collect();
-        let mut batches = Vec::new();
-        for (region, mutations) in by_region {
-            let mut rest = mutations.into_iter().peekable();
-            while rest.peek().is_some() {
-                let chunk = rest.by_ref().take(limits.max_batch_keys.max(1)).collect();
-                batches.push((region, chunk));
-            }
-        }
+        let batches = into_batches(by_region, limits.max_batch_keys);
         let protocol = if batches.len() == 1 && limits.one_pc {
             CommitProtocol::OnePc
         } else if may_commit_async {
@@ -116,6 +109,23 @@ impl CommitPlan {
             key_count,
         }
     }
+}
+
+/// Each region's mutations cut into batches of at most `max_batch_keys`
+/// (at least 1), in order.
+fn into_batches(
+    by_region: Vec<(usize, Vec<Mutation>)>,
+    max_batch_keys: usize,
+) -> Vec<(usize, Vec<Mutation>)> {
+    let mut batches = Vec::new();
+    for (region, mutations) in by_region {
+        let mut rest = mutations.into_iter().peekable();
+        while rest.peek().is_some() {
+            let chunk = rest.by_ref().take(max_batch_keys.max(1)).collect();
+            batches.push((region, chunk));
+        }
+    }
+    batches
 }
 
 /// What every prewrite command of one commit shares, under the protocol

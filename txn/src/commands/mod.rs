@@ -8,9 +8,9 @@
 //! ([`ReadCommand`]) takes no latch and writes nothing.
 //!
 //! Every command that reads at a timestamp counts it in the region's
-//! `max_ts` (see [`ConcurrencyManager`]) before it looks at data, so that an
-//! async-commit or 1PC transaction computing its commit_ts later cannot
-//! commit below it.
+//! `max_ts` (kept by its concurrency manager) before it looks at data, so
+//! that an async-commit or 1PC transaction computing its commit_ts later
+//! cannot commit below it.
 
 mod pessimistic;
 mod prewrite;
@@ -36,6 +36,19 @@ pub use self::resolve::{
 };
 pub use self::write::{BatchRollback, Commit, Gc, TxnHeartBeat, Unlock};
 use crate::Result;
+// What the commands carry and answer, defined with the actions that use
+// them.
+pub use crate::actions::acquire_pessimistic_lock::{
+    PessimisticLockKeyResult, PessimisticLockOptions,
+};
+pub use crate::actions::check_txn_status::CheckTxnStatusOptions;
+pub use crate::actions::gc::GcInfo;
+pub use crate::actions::mvcc_by_key::MvccInfo;
+pub use crate::actions::prewrite::{
+    CommitKind, Mutation, MutationKind, PessimisticAction, PrewriteResult, TransactionKind,
+    TransactionProperties,
+};
+pub use crate::actions::{MAX_LOCK_TTL_MS, ReleasedLock, TxnStatus};
 use crate::concurrency_manager::{ConcurrencyManager, KeyGuard};
 
 /// What a write command works with: a view of the engine read after its
@@ -49,7 +62,36 @@ pub struct WriteContext<'a, S> {
     /// between two reads.
     pub snapshot: S,
     /// The region's `max_ts` and memory locks.
-    pub cm: &'a ConcurrencyManager,
+    pub(crate) cm: &'a ConcurrencyManager,
+}
+
+impl<S> WriteContext<'_, S> {
+    /// The region's `max_ts` and memory locks: for this workspace's tests'
+    /// own commands.
+    #[cfg(feature = "test-util")]
+    pub fn concurrency_manager(&self) -> &ConcurrencyManager {
+        self.cm
+    }
+}
+
+/// What a read command works with: the engine, and the region's
+/// concurrency manager, whose `max_ts` a read raises and whose memory locks
+/// it checks before it takes a snapshot.
+#[derive(Debug)]
+pub struct ReadContext<'a, E> {
+    /// The engine to take snapshots of.
+    pub engine: &'a E,
+    /// The region's `max_ts` and memory locks.
+    pub(crate) cm: &'a ConcurrencyManager,
+}
+
+impl<'a, E> ReadContext<'a, E> {
+    /// A read of `engine` under the region's `cm`: for the simulator, which
+    /// runs a read command beside a write, outside the storage.
+    #[cfg(any(feature = "test-util", feature = "sim"))]
+    pub fn new(engine: &'a E, cm: &'a ConcurrencyManager) -> Self {
+        ReadContext { engine, cm }
+    }
 }
 
 /// What a write command produced.
@@ -60,7 +102,7 @@ pub struct WriteResult<T> {
     /// The answer, given once the modifications are written.
     pub output: T,
     /// Memory locks to hold until the modifications are in the engine.
-    pub guards: Vec<KeyGuard>,
+    pub(crate) guards: Vec<KeyGuard>,
     /// The data versions (Put and Delete commit records) the batch writes,
     /// each the newest of its key ([`MvccTxn::committed_versions`]): the
     /// region notes them as version hints before the batch is written.
@@ -146,7 +188,7 @@ pub trait ReadCommand: Send + 'static {
 
     /// Runs the read. Snapshots are taken inside, after `max_ts` was raised
     /// and memory locks checked.
-    fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output>;
+    fn process<E: Engine>(self, ctx: ReadContext<'_, E>) -> Result<Self::Output>;
 
     /// The keys the command reads. Defaults to [`Footprint::Unchecked`].
     fn footprint(&self) -> Footprint<'_> {

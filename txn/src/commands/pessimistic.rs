@@ -20,7 +20,7 @@ use crate::{Error, Result};
 /// once and fails with `KeyIsLocked` on another transaction's lock;
 /// through [`Storage::acquire_pessimistic_lock`](crate::storage::Storage::acquire_pessimistic_lock)
 /// it waits for that lock up to `wait_timeout` first (see
-/// [`lock_wait`](crate::lock_wait)).
+/// [`LockWaits`](crate::storage::LockWaits)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AcquirePessimisticLock {
     /// The keys, each with whether it must not exist (an insert).
@@ -152,8 +152,7 @@ impl WriteCommand for AcquirePessimisticLock {
 }
 
 /// Removes the pessimistic locks of the transaction `start_ts` on `keys`
-/// taken at or below `for_update_ts` (see
-/// [`pessimistic_rollback`](crate::actions::pessimistic_rollback)).
+/// taken at or below `for_update_ts`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PessimisticRollback {
     /// The keys.

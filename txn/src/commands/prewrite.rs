@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 
 use percolate_engine::Snapshot;
-use percolate_mvcc::{Key, Lock, LockType, TimeStamp};
+use percolate_mvcc::{Key, Lock, LockType, MvccTxn, TimeStamp};
 
 use super::{WriteCommand, WriteContext, WriteResult};
 use crate::actions::prewrite::{
     CommitKind, Mutation, MutationKind, PrewriteResult, TransactionProperties, prewrite_mutations,
 };
+use crate::concurrency_manager::PublishGuard;
 use crate::{Error, Result};
 
 /// Prewrites mutations of one transaction in one region.
@@ -30,9 +31,10 @@ pub struct Prewrite {
     /// when the primary is among the mutations.
     pub secondaries: Option<Vec<Vec<u8>>>,
     /// Watched keys among the mutations: each gets a strong observer
-    /// notification ([`crate::notify`]) in the same atomic write as its
-    /// lock (or, for 1PC, its commit). Empty for a transaction that writes
-    /// no watched key, which then pays nothing for observers.
+    /// notification (in [`Cf::Notify`](percolate_engine::Cf::Notify)) in
+    /// the same atomic write as its lock (or, for 1PC, its commit). Empty
+    /// for a transaction that writes no watched key, which then pays
+    /// nothing for observers.
     pub notify: Vec<Key>,
 }
 
@@ -236,22 +238,7 @@ impl WriteCommand for Prewrite {
         // On error `publish` drops unpublished and `guards` leave the table.
         let (txn, result) =
             prewrite_mutations(&ctx.snapshot, &props, &mutations, secondaries.as_deref())?;
-        let commit_bound = match (result.one_pc_commit_ts, result.min_commit_ts) {
-            (Some(commit_ts), _) => Some((commit_ts, CommitBound::OnePc)),
-            (None, min_commit_ts) => min_commit_ts.map(|ts| (ts, CommitBound::Async)),
-        };
-        match commit_bound.filter(|_| result.locks.is_empty() && !txn.is_empty()) {
-            // Fell back to 2PC, blocked by other locks, or a retry with
-            // nothing to write: no computed commit_ts to protect.
-            None => publish.publish(|_| None),
-            Some((min_commit_ts, bound)) => {
-                let kind_of = kind_lookup(&mutations);
-                publish.publish(|key| {
-                    let lock_type = lock_type(kind_of(key)?)?;
-                    Some(memory_lock(&props, lock_type, min_commit_ts, bound))
-                });
-            }
-        }
+        publish_locks(publish, &props, &mutations, &txn, &result);
         let mut txn = txn;
         let mut written = WriteResult {
             committed: txn.take_committed_versions(),
@@ -263,6 +250,33 @@ impl WriteCommand for Prewrite {
             notify_with(&mut written, &notify, props.start_ts);
         }
         Ok(written)
+    }
+}
+
+/// Publishes the memory locks of an async-commit or 1PC prewrite, with
+/// the commit_ts it computed, for readers to see until its write lands.
+fn publish_locks(
+    publish: PublishGuard<'_>,
+    props: &TransactionProperties,
+    mutations: &[Mutation],
+    txn: &MvccTxn,
+    result: &PrewriteResult,
+) {
+    let commit_bound = match (result.one_pc_commit_ts, result.min_commit_ts) {
+        (Some(commit_ts), _) => Some((commit_ts, CommitBound::OnePc)),
+        (None, min_commit_ts) => min_commit_ts.map(|ts| (ts, CommitBound::Async)),
+    };
+    match commit_bound.filter(|_| result.locks.is_empty() && !txn.is_empty()) {
+        // Fell back to 2PC, blocked by other locks, or a retry with
+        // nothing to write: no computed commit_ts to protect.
+        None => publish.publish(|_| None),
+        Some((min_commit_ts, bound)) => {
+            let kind_of = kind_lookup(mutations);
+            publish.publish(|key| {
+                let lock_type = lock_type(kind_of(key)?)?;
+                Some(memory_lock(props, lock_type, min_commit_ts, bound))
+            });
+        }
     }
 }
 

@@ -10,8 +10,7 @@
 use percolate_engine::{Cf, Engine, EngineIterator, IterOptions, Snapshot, WriteBatch};
 use percolate_mvcc::Key;
 
-use super::{Footprint, ReadCommand, WriteCommand, WriteContext, WriteResult};
-use crate::concurrency_manager::ConcurrencyManager;
+use super::{Footprint, ReadCommand, ReadContext, WriteCommand, WriteContext, WriteResult};
 use crate::{Error, Result};
 
 /// The latch key of a raw key.
@@ -183,8 +182,8 @@ impl ReadCommand for RawGet {
 
     type Output = Option<Vec<u8>>;
 
-    fn process<E: Engine>(self, engine: &E, _cm: &ConcurrencyManager) -> Result<Self::Output> {
-        Ok(engine.snapshot().get(Cf::Raw, &self.key)?)
+    fn process<E: Engine>(self, ctx: ReadContext<'_, E>) -> Result<Self::Output> {
+        Ok(ctx.engine.snapshot().get(Cf::Raw, &self.key)?)
     }
 
     fn footprint(&self) -> Footprint<'_> {
@@ -205,8 +204,8 @@ impl ReadCommand for RawBatchGet {
     /// A pair per key that exists, in the order asked.
     type Output = Vec<(Vec<u8>, Vec<u8>)>;
 
-    fn process<E: Engine>(self, engine: &E, _cm: &ConcurrencyManager) -> Result<Self::Output> {
-        let snapshot = engine.snapshot();
+    fn process<E: Engine>(self, ctx: ReadContext<'_, E>) -> Result<Self::Output> {
+        let snapshot = ctx.engine.snapshot();
         let mut pairs = Vec::with_capacity(self.keys.len());
         for key in self.keys {
             if let Some(value) = snapshot.get(Cf::Raw, &key)? {
@@ -241,11 +240,11 @@ impl ReadCommand for RawScan {
 
     type Output = Vec<(Vec<u8>, Vec<u8>)>;
 
-    fn process<E: Engine>(self, engine: &E, _cm: &ConcurrencyManager) -> Result<Self::Output> {
+    fn process<E: Engine>(self, ctx: ReadContext<'_, E>) -> Result<Self::Output> {
         let mut options = IterOptions::new();
         options.lower_bound = self.start;
         options.upper_bound = self.end;
-        let mut cursor = engine.snapshot().iter(Cf::Raw, options)?;
+        let mut cursor = ctx.engine.snapshot().iter(Cf::Raw, options)?;
         let mut valid = if self.reverse {
             cursor.seek_to_last()?
         } else {

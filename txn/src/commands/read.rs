@@ -3,11 +3,10 @@
 use percolate_engine::Engine;
 use percolate_mvcc::{Key, KvPair, LockInfo, MvccReader, TimeStamp};
 
-use super::{Footprint, ReadCommand};
+use super::{Footprint, ReadCommand, ReadContext};
 use crate::Result;
 use crate::actions::mvcc_by_key::{MvccInfo, mvcc_by_key};
 use crate::actions::scan_lock::scan_lock;
-use crate::concurrency_manager::ConcurrencyManager;
 use crate::read::{self, ReadOptions, ScanRequest};
 
 /// The value of one key at `ts`.
@@ -27,8 +26,8 @@ impl ReadCommand for Get {
     /// The value, if the key exists at `ts`.
     type Output = Option<Vec<u8>>;
 
-    fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
-        read::get(engine, cm, &self.key, self.ts, &self.options)
+    fn process<E: Engine>(self, ctx: ReadContext<'_, E>) -> Result<Self::Output> {
+        read::get(ctx.engine, ctx.cm, &self.key, self.ts, &self.options)
     }
 
     fn footprint(&self) -> Footprint<'_> {
@@ -54,8 +53,8 @@ impl ReadCommand for BatchGet {
     /// is locked (`Err(KeyIsLocked)`).
     type Output = Vec<Result<KvPair>>;
 
-    fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
-        read::batch_get(engine, cm, &self.keys, self.ts, &self.options)
+    fn process<E: Engine>(self, ctx: ReadContext<'_, E>) -> Result<Self::Output> {
+        read::batch_get(ctx.engine, ctx.cm, &self.keys, self.ts, &self.options)
     }
 
     fn footprint(&self) -> Footprint<'_> {
@@ -78,8 +77,8 @@ impl ReadCommand for Scan {
     /// Pairs in scan order, with one `Err(KeyIsLocked)` per locked key.
     type Output = Vec<Result<KvPair>>;
 
-    fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
-        read::scan(engine, cm, &self.request, &self.options)
+    fn process<E: Engine>(self, ctx: ReadContext<'_, E>) -> Result<Self::Output> {
+        read::scan(ctx.engine, ctx.cm, &self.request, &self.options)
     }
 
     fn footprint(&self) -> Footprint<'_> {
@@ -119,16 +118,17 @@ impl ReadCommand for ScanLock {
     /// lock CF yet, so the scan could not list it, and a caller such as GC
     /// must not go on as if it were not there (TiKV issue 9526). Raising
     /// `max_ts` first makes any later such prewrite commit above it.
-    fn process<E: Engine>(self, engine: &E, cm: &ConcurrencyManager) -> Result<Self::Output> {
-        cm.update_max_ts(self.max_ts)?;
-        cm.read_range_check(self.start.as_ref(), self.end.as_ref(), |lock, key| {
-            if lock.ts <= self.max_ts {
-                Err(crate::actions::key_is_locked(key, lock.clone()))
-            } else {
-                Ok(())
-            }
-        })?;
-        let mut reader = MvccReader::new(engine.snapshot());
+    fn process<E: Engine>(self, ctx: ReadContext<'_, E>) -> Result<Self::Output> {
+        ctx.cm.update_max_ts(self.max_ts)?;
+        ctx.cm
+            .read_range_check(self.start.as_ref(), self.end.as_ref(), |lock, key| {
+                if lock.ts <= self.max_ts {
+                    Err(crate::actions::key_is_locked(key, lock.clone()))
+                } else {
+                    Ok(())
+                }
+            })?;
+        let mut reader = MvccReader::new(ctx.engine.snapshot());
         scan_lock(
             &mut reader,
             self.start.as_ref(),
@@ -157,8 +157,8 @@ impl ReadCommand for MvccByKey {
     /// Everything stored for the key.
     type Output = MvccInfo;
 
-    fn process<E: Engine>(self, engine: &E, _cm: &ConcurrencyManager) -> Result<MvccInfo> {
-        let mut reader = MvccReader::new(engine.snapshot());
+    fn process<E: Engine>(self, ctx: ReadContext<'_, E>) -> Result<MvccInfo> {
+        let mut reader = MvccReader::new(ctx.engine.snapshot());
         mvcc_by_key(&mut reader, &self.key)
     }
 

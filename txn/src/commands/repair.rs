@@ -31,7 +31,7 @@ use crate::Result;
 /// * default CF: a key without a timestamp suffix after an encoded key
 ///   (values there are the user's bytes, any bytes);
 /// * notify CF: a key that is not an observer notification
-///   ([`crate::notify`]; its value is ignored).
+///   (its value is ignored).
 ///
 /// No latch is taken: every command that reaches a damaged record fails on
 /// it, so none can be using one, and no command writes one.

@@ -176,7 +176,7 @@ impl WriteCommand for TxnHeartBeat {
 }
 
 /// Drops the versions of `keys` that no reader at or above `safe_point`
-/// can see (see [`gc`](crate::actions::gc)).
+/// can see.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gc {
     /// Keys to collect.

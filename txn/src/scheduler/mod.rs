@@ -43,7 +43,7 @@ use percolate_mvcc::{CommittedVersion, Key};
 
 use self::latches::{CommandId, Latches};
 pub use self::pending::Pending;
-pub(crate) use self::pending::pending;
+pub(crate) use self::pending::{Completer, pending};
 use crate::concurrency_manager::{ConcurrencyManager, KeyGuard};
 use crate::{Error, Result};
 
@@ -334,13 +334,9 @@ impl<E: Engine> Scheduler<E> {
                 let (completer, answer) = pending();
                 let job: Job<E> = Box::new(move |input| {
                     let (finish, output) = job(input);
-                    let reply: Reply = Box::new(move |written: Result<()>| {
-                        completer.complete(written.and(output));
-                    });
-                    (finish, reply)
+                    (finish, answer_with(completer, output))
                 });
-                let task = Task { lock, limit, job };
-                tasks.insert(cid, task);
+                tasks.insert(cid, Task { lock, limit, job });
                 drop(tasks);
                 inner.latch_waits.fetch_add(1, Ordering::Relaxed);
                 return answer.wait();
@@ -356,9 +352,7 @@ impl<E: Engine> Scheduler<E> {
             Err(e) => Err(e),
             Ok(Some(tx)) => {
                 let (completer, answer) = pending();
-                let reply: Reply = Box::new(move |written: Result<()>| {
-                    completer.complete(written.and(output));
-                });
+                let reply = answer_with(completer, output);
                 inner.send_to_group(
                     tx,
                     Written {
@@ -405,6 +399,12 @@ impl<E: Engine> Scheduler<E> {
         }));
         Ok(())
     }
+}
+
+/// The reply of a command run for a caller that waits on a [`Pending`]:
+/// `output`, once its write succeeded, or the write's error.
+fn answer_with<T: Send + 'static>(completer: Completer<T>, output: Result<T>) -> Reply {
+    Box::new(move |written: Result<()>| completer.complete(written.and(output)))
 }
 
 /// Decrements a counter when dropped, on every path.

@@ -1,6 +1,6 @@
 //! `Storage`: the command API of one region.
 //!
-//! Every write command goes through the [`Scheduler`] (latches, one
+//! Every write command goes through the region's scheduler (latches, one
 //! atomic engine write, group commit when durable); reads take no latches.
 //! Each command has a blocking method named in TiKV's vocabulary
 //! ([`prewrite`](Storage::prewrite), [`commit`](Storage::commit), ...),
@@ -10,8 +10,7 @@
 //! wait on or `.await`, so a client can have many commands in flight.
 //!
 //! ```
-//! use percolate_txn::actions::prewrite::Mutation;
-//! use percolate_txn::commands::Prewrite;
+//! use percolate_txn::commands::{Mutation, Prewrite};
 //! use percolate_txn::mvcc::{Key, TimeStamp};
 //! use percolate_txn::storage::Storage;
 //!
@@ -45,21 +44,24 @@ use crate::commands::{
     AcquirePessimisticLock, BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup,
     Commit, DamagedRecord, Footprint, Gc, Get, MvccByKey, PessimisticRollback, Prewrite,
     RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan,
-    ReadCommand, Repair, ResolveLock, ResolveLockLite, Scan, ScanLock, SecondaryLocksStatus,
-    TxnHeartBeat, WriteCommand, WriteContext,
+    ReadCommand, ReadContext, Repair, ResolveLock, ResolveLockLite, Scan, ScanLock,
+    SecondaryLocksStatus, TxnHeartBeat, WriteCommand, WriteContext,
 };
-use crate::concurrency_manager::{ConcurrencyManager, MaxTsLimit};
-use crate::lock_wait::{LockWaits, WaitOutcome};
+use crate::concurrency_manager::ConcurrencyManager;
+use crate::lock_wait::WaitOutcome;
 use crate::metrics::Metrics;
-use crate::read::{ReadOptions, ScanRequest};
-use crate::scheduler::{
-    Finish, Job, JobInput, Pending, Reply, Scheduler, SchedulerConfig, WaitLimit, pending,
-};
+use crate::scheduler::{Finish, Job, JobInput, Reply, Scheduler, WaitLimit, pending};
 use crate::{Error, Result};
 
 mod bounds;
 use self::bounds::Bounds;
 pub use self::bounds::KeyRange;
+// What a storage is set up with and answers, defined with the parts that
+// use them.
+pub use crate::concurrency_manager::MaxTsLimit;
+pub use crate::lock_wait::{LockWaits, WaitForEntry, key_hash};
+pub use crate::read::{ReadOptions, ScanRequest};
+pub use crate::scheduler::{Pending, SchedulerConfig};
 
 /// How a `Storage` is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,13 +199,28 @@ impl<E: Engine> Storage<E> {
         self.scheduler.engine()
     }
 
-    /// The region's `max_ts` and memory locks.
+    /// The region's `max_ts` and memory locks: for this workspace's tests
+    /// and the simulator.
+    #[cfg(any(feature = "test-util", feature = "sim"))]
     pub fn concurrency_manager(&self) -> &ConcurrencyManager {
         self.scheduler.concurrency_manager()
     }
 
-    /// The scheduler, for its counters.
+    /// The region's `max_ts` and memory locks.
+    #[cfg(not(any(feature = "test-util", feature = "sim")))]
+    pub(crate) fn concurrency_manager(&self) -> &ConcurrencyManager {
+        self.scheduler.concurrency_manager()
+    }
+
+    /// The scheduler, for its counters: for this workspace's tests.
+    #[cfg(feature = "test-util")]
     pub fn scheduler(&self) -> &Scheduler<E> {
+        &self.scheduler
+    }
+
+    /// The scheduler, for its counters.
+    #[cfg(not(feature = "test-util"))]
+    pub(crate) fn scheduler(&self) -> &Scheduler<E> {
         &self.scheduler
     }
 
@@ -264,7 +281,7 @@ impl<E: Engine> Storage<E> {
         let (completer, answer) = pending::<C::Output>();
         let (metrics, start) = (self.metrics.clone(), self.metrics.start());
         let submitted = self.scheduler.submit_read(move |engine, cm| {
-            let output = cmd.process(engine, cm);
+            let output = cmd.process(ReadContext { engine, cm });
             metrics.command(C::KIND, start, output.is_ok());
             completer.complete(output)
         });
@@ -325,7 +342,10 @@ impl<E: Engine> Storage<E> {
     pub fn read<C: ReadCommand>(&self, cmd: C) -> Result<C::Output> {
         self.check_read(&cmd)?;
         let start = self.metrics.start();
-        let output = cmd.process(self.engine(), self.concurrency_manager());
+        let output = cmd.process(ReadContext {
+            engine: self.engine(),
+            cm: self.concurrency_manager(),
+        });
         self.metrics.command(C::KIND, start, output.is_ok());
         output
     }
@@ -380,7 +400,7 @@ impl<E: Engine> Storage<E> {
     /// Locks keys of a pessimistic transaction: see
     /// [`AcquirePessimisticLock`]. With a `wait_timeout`, a request that
     /// meets another transaction's lock waits for it to be released (see
-    /// [`lock_wait`](crate::lock_wait)) and runs again, until the timeout
+    /// [`LockWaits`]) and runs again, until the timeout
     /// passes (then it fails with that lock's `KeyIsLocked`) or waiting would
     /// close a cycle (`Deadlock`, at once). Without one it runs once.
     pub fn acquire_pessimistic_lock(
@@ -719,9 +739,6 @@ fn next_key(key: &Key) -> Key {
     next.push(0);
     Key::from_encoded(next)
 }
-
-#[cfg(test)]
-mod tests;
 
 /// Processes a write command that holds its latches over the engine's
 /// latest view: what to write, and its answer once written (on error, an

@@ -373,39 +373,9 @@ impl<S: Snapshot> ScannerCore<S> {
         let wanted = self.chunk_keys();
         let mut chunk = std::mem::take(&mut self.chunk);
         chunk.clear();
-        let mut failure = None;
-        while chunk.len() < wanted {
-            match self.step() {
-                Ok(None) => break,
-                Ok(Some((key, Ok(committed)))) => chunk.push(ChunkKey { key, committed }),
-                Ok(Some((key, Err(e)))) if Self::is_per_key(&e) => chunk.push(ChunkKey {
-                    key,
-                    committed: Committed::Failed(Box::new(e)),
-                }),
-                Ok(Some((_, Err(e)))) | Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        // Where this chunk's lock range ends and the next one's begins: just
-        // past the last key going forward, at it going backward; the end of
-        // the scan's range when nothing is left to read; and, after a
-        // failure before the first key, where it began (no range at all).
-        let exhausted = failure.is_none() && chunk.len() < wanted;
-        let edge = match chunk.last() {
-            _ if exhausted => None,
-            Some(last) => {
-                let mut edge = self.arena[last.key.clone()].to_vec();
-                if !reverse {
-                    edge.push(0);
-                }
-                Some(edge)
-            }
-            None => self.resume.clone(),
-        };
-        let mut edge = edge;
-        let mut exhausted = exhausted;
+        let mut failure = self.read_chunk(&mut chunk, wanted);
+        let mut exhausted = failure.is_none() && chunk.len() < wanted;
+        let mut edge = self.chunk_edge(&chunk, exhausted);
         let locks = if exhausted || !chunk.is_empty() {
             let (lower, upper) = if reverse {
                 (edge.clone(), self.resume.clone())
@@ -435,6 +405,42 @@ impl<S: Snapshot> ScannerCore<S> {
             self.done = true;
         }
         Ok(())
+    }
+
+    /// Reads up to `wanted` user keys with their committed values into
+    /// `chunk`, in scan order; a key's own failure (see `is_per_key`) is
+    /// kept as its entry. Returns the failure that ends the chunk early.
+    fn read_chunk(&mut self, chunk: &mut Vec<ChunkKey>, wanted: usize) -> Option<Error> {
+        while chunk.len() < wanted {
+            match self.step() {
+                Ok(None) => break,
+                Ok(Some((key, Ok(committed)))) => chunk.push(ChunkKey { key, committed }),
+                Ok(Some((key, Err(e)))) if Self::is_per_key(&e) => chunk.push(ChunkKey {
+                    key,
+                    committed: Committed::Failed(Box::new(e)),
+                }),
+                Ok(Some((_, Err(e)))) | Err(e) => return Some(e),
+            }
+        }
+        None
+    }
+
+    /// Where this chunk's lock range ends and the next one's begins: just
+    /// past the last key going forward, at it going backward; the end of
+    /// the scan's range (`None`) when nothing is left to read; and, after a
+    /// failure before the first key, where it began (no range at all).
+    fn chunk_edge(&self, chunk: &[ChunkKey], exhausted: bool) -> Option<Vec<u8>> {
+        match chunk.last() {
+            _ if exhausted => None,
+            Some(last) => {
+                let mut edge = self.arena[last.key.clone()].to_vec();
+                if !self.config.reverse {
+                    edge.push(0);
+                }
+                Some(edge)
+            }
+            None => self.resume.clone(),
+        }
     }
 
     /// Drops the keys of `chunk` past `last_lock` in scan order and puts the

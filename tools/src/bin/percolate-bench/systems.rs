@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use percolate::{Client, ClientConfig, CommitProtocol, OpenOptions, PessimisticTransaction};
 use percolate_engine::Durability;
-use percolate_txn::scheduler::SchedulerConfig;
-use percolate_txn::storage::StorageConfig;
+use percolate_txn::storage::{SchedulerConfig, StorageConfig};
 use rocksdb::{
     BlockBasedOptions, Cache, DB, ErrorKind, MultiThreaded, Options, ReadOptions, TransactionDB,
     TransactionDBOptions, TransactionOptions, WaitForCompactOptions, WriteBatch,

@@ -15,9 +15,8 @@ use percolate_engine::RocksEngine;
 use percolate_mvcc::{Key, LockType, TimeStamp};
 use percolate_txn::client::{lock_directory, timestamp_floor};
 use percolate_txn::cluster::Cluster;
-use percolate_txn::concurrency_manager::MaxTsLimit;
 use percolate_txn::oracle::{LocalOracle, SystemClock, TimestampOracle};
-use percolate_txn::storage::StorageConfig;
+use percolate_txn::storage::{MaxTsLimit, StorageConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -18,7 +18,7 @@
 //!   commands; a transaction that writes no watched key sends and writes
 //!   nothing more (one relaxed atomic load decides it). A notification is
 //!   only a hint: one for a transaction that then rolls back costs a look
-//!   and is cleared. Its format is in [`crate::notify`].
+//!   and is cleared. Its format is in the crate's `notify` module.
 //! * **Acknowledgements.** Each observer keeps, per key, the start_ts of
 //!   its last run on it: an ordinary transactional key in a reserved
 //!   keyspace ([`ACK_KEYSPACE`]). A worker that finds a notification runs,
