@@ -772,3 +772,6 @@ fn process_write<C: WriteCommand, E: Engine>(
         Err(e) => (Finish::default(), Err(e)),
     }
 }
+
+#[cfg(test)]
+mod tests;
