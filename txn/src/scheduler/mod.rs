@@ -353,15 +353,7 @@ impl<E: Engine> Scheduler<E> {
             Ok(Some(tx)) => {
                 let (completer, answer) = pending();
                 let reply = answer_with(completer, output);
-                inner.send_to_group(
-                    tx,
-                    Written {
-                        cid,
-                        lock,
-                        finish,
-                        reply,
-                    },
-                );
+                inner.send_to_group(tx, cid, lock, finish, reply);
                 return answer.wait();
             }
             Ok(None) => inner.write_direct(&finish),
@@ -495,15 +487,7 @@ impl<E: Engine> Inner<E> {
         let written = match injected.map(|()| self.group_for(&finish)) {
             Err(e) => Err(e),
             Ok(Some(tx)) => {
-                self.send_to_group(
-                    tx,
-                    Written {
-                        cid,
-                        lock,
-                        finish,
-                        reply,
-                    },
-                );
+                self.send_to_group(tx, cid, lock, finish, reply);
                 return;
             }
             Ok(None) => self.write_direct(&finish),
@@ -573,7 +557,20 @@ impl<E: Engine> Inner<E> {
 
     /// Hands a processed command to the group-commit writer; if the writer
     /// has stopped, completes it with `Aborted` here.
-    fn send_to_group(self: &Arc<Self>, tx: &Sender<GroupMsg>, written: Written) {
+    fn send_to_group(
+        self: &Arc<Self>,
+        tx: &Sender<GroupMsg>,
+        cid: CommandId,
+        lock: latches::Lock,
+        finish: Finish,
+        reply: Reply,
+    ) {
+        let written = Written {
+            cid,
+            lock,
+            finish,
+            reply,
+        };
         if let Err(unsent) = tx.send(GroupMsg::Write(written)) {
             let GroupMsg::Write(Written {
                 cid,
