@@ -41,6 +41,19 @@ fn storage_with(
     (storage, engine)
 }
 
+/// A storage whose writes are synced (through the group-commit writer),
+/// with two workers.
+fn synced_storage() -> (
+    Storage<FaultyEngine<MemoryEngine>>,
+    FaultyEngine<MemoryEngine>,
+) {
+    storage_with(SchedulerConfig {
+        worker_threads: 2,
+        durability: Durability::Sync,
+        ..Default::default()
+    })
+}
+
 fn put(k: &str, start_ts: u64) -> Prewrite {
     Prewrite::new(vec![Mutation::put(key(k), b"v".to_vec())], k, ts(start_ts))
 }
@@ -67,11 +80,7 @@ fn a_failed_write_answers_the_error_and_releases_latches_and_memory_locks() {
 #[test]
 fn synced_writes_of_concurrent_commands_are_grouped() {
     const COMMANDS: u64 = 32;
-    let (storage, engine) = storage_with(SchedulerConfig {
-        worker_threads: 2,
-        durability: Durability::Sync,
-        ..Default::default()
-    });
+    let (storage, engine) = synced_storage();
     let held = engine.hold_writes();
     let answers: Vec<_> = (0..COMMANDS)
         .map(|i| storage.sched_write(put(&format!("k{i}"), 10 + i)))
@@ -106,11 +115,7 @@ fn until(what: &str, done: impl Fn() -> bool) {
 
 #[test]
 fn a_grouped_write_that_removes_a_lock_wakes_its_waiters() {
-    let (storage, engine) = storage_with(SchedulerConfig {
-        worker_threads: 2,
-        durability: Durability::Sync,
-        ..Default::default()
-    });
+    let (storage, engine) = synced_storage();
     let lock = |start_ts| {
         AcquirePessimisticLock::new(vec![key("k")], b"k".to_vec(), ts(start_ts), ts(start_ts))
     };
@@ -155,11 +160,7 @@ fn a_grouped_write_that_removes_a_lock_wakes_its_waiters() {
 
 #[test]
 fn a_failed_group_write_fails_every_command_of_the_group() {
-    let (storage, engine) = storage_with(SchedulerConfig {
-        worker_threads: 2,
-        durability: Durability::Sync,
-        ..Default::default()
-    });
+    let (storage, engine) = synced_storage();
     let held = engine.hold_writes();
     engine.fail_next_writes(2);
     let answers: Vec<_> = (0..8)
@@ -295,11 +296,7 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 
 #[test]
 fn dropping_the_storage_finishes_queued_commands_and_stops_its_threads() {
-    let (storage, engine) = storage_with(SchedulerConfig {
-        worker_threads: 2,
-        durability: Durability::Sync,
-        ..Default::default()
-    });
+    let (storage, engine) = synced_storage();
     let answers: Vec<_> = (0..16)
         .map(|i| storage.sched_write(put(&format!("k{i}"), 10 + i)))
         .collect();
