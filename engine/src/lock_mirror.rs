@@ -68,27 +68,35 @@ pub(crate) fn is_memory_only(cf: Cf, value: &[u8]) -> bool {
     cf == Cf::Lock && value.first() == Some(&b'S')
 }
 
+/// Shards of the memory-only locks. Fewer than [`SHARDS`]: a lock-CF
+/// cursor opened while any exist visits each of them.
+const MEMORY_SHARDS: usize = 16;
+
 /// The live locks: key (without the data prefix) to lock bytes.
+///
+/// A lock RocksDB holds is in `shards`; a memory-only one in
+/// `memory_only`, never in both. Both are sharded by the key's hash, so
+/// that writers on different keys seldom meet on a lock.
 pub(crate) struct LockMirror {
     shards: Box<[RwLock<Shard>]>,
-    /// Locks held, so that a lookup while there are none takes no lock.
+    /// Entries of `shards`.
     len: AtomicUsize,
     /// The locks written since the database opened that RocksDB does not
-    /// hold (pessimistic locks), in key order for cursors; also in
-    /// `shards`.
-    memory_only: RwLock<BTreeMap<Vec<u8>, Vec<u8>>>,
-    /// Entries of `memory_only`, so that a cursor opened while there are
-    /// none takes no lock.
+    /// hold (pessimistic locks), in key order within each shard, for
+    /// cursors.
+    memory_only: Box<[RwLock<BTreeMap<Vec<u8>, Vec<u8>>>]>,
+    /// Entries of `memory_only`, so that a lookup or a cursor while there
+    /// are none takes no lock.
     memory_only_len: AtomicUsize,
 }
 
 impl LockMirror {
-    /// A mirror of `locks`.
+    /// A mirror of `locks`, which RocksDB holds.
     pub(crate) fn new(locks: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>) -> Self {
         let mirror = LockMirror {
             shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
             len: AtomicUsize::new(0),
-            memory_only: RwLock::default(),
+            memory_only: (0..MEMORY_SHARDS).map(|_| RwLock::default()).collect(),
             memory_only_len: AtomicUsize::new(0),
         };
         for (key, value) in locks {
@@ -99,20 +107,30 @@ impl LockMirror {
 
     /// Whether no lock is held.
     pub(crate) fn is_empty(&self) -> bool {
-        self.len.load(Ordering::SeqCst) == 0
+        self.len.load(Ordering::SeqCst) == 0 && self.memory_only_len.load(Ordering::SeqCst) == 0
     }
 
     /// The lock stored under `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        if self.is_empty() {
-            return None;
+        if self.len.load(Ordering::SeqCst) > 0 {
+            if let Some(lock) = self.shards[shard(key)].read().get(key) {
+                return Some(lock.clone());
+            }
         }
-        self.shards[shard(key)].read().get(key).cloned()
+        self.memory_only_get(key)
+    }
+
+    /// Whether RocksDB holds a lock for `key`.
+    pub(crate) fn holds_in_rocksdb(&self, key: &[u8]) -> bool {
+        self.len.load(Ordering::SeqCst) > 0 && self.shards[shard(key)].read().contains_key(key)
     }
 
     /// Whether `key`'s lock is one RocksDB does not hold.
     pub(crate) fn holds_memory_only(&self, key: &[u8]) -> bool {
-        self.memory_only_len.load(Ordering::SeqCst) > 0 && self.memory_only.read().contains_key(key)
+        self.memory_only_len.load(Ordering::SeqCst) > 0
+            && self.memory_only[memory_shard(key)]
+                .read()
+                .contains_key(key)
     }
 
     /// `key`'s lock if RocksDB does not hold it.
@@ -120,7 +138,7 @@ impl LockMirror {
         if self.memory_only_len.load(Ordering::SeqCst) == 0 {
             return None;
         }
-        self.memory_only.read().get(key).cloned()
+        self.memory_only[memory_shard(key)].read().get(key).cloned()
     }
 
     /// The locks RocksDB does not hold with keys in `[lower, upper)`
@@ -141,13 +159,23 @@ impl LockMirror {
         }
         let start = lower.map_or(Bound::Unbounded, Bound::Included);
         let end = upper.map_or(Bound::Unbounded, Bound::Excluded);
-        Some(
-            self.memory_only
-                .read()
-                .range::<[u8], _>((start, end))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        )
+        let mut entries = Vec::new();
+        let mut shards_with_entries = 0;
+        for shard in self.memory_only.iter() {
+            let before = entries.len();
+            entries.extend(
+                shard
+                    .read()
+                    .range::<[u8], _>((start, end))
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
+            shards_with_entries += usize::from(entries.len() > before);
+        }
+        // Each shard's run is sorted; runs from several shards interleave.
+        if shards_with_entries > 1 {
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        }
+        Some(entries)
     }
 
     /// Applies the lock-CF modifications of `batch`, in order. Called
@@ -155,17 +183,23 @@ impl LockMirror {
     pub(crate) fn apply(&self, batch: &WriteBatch) {
         for modify in batch.modifies() {
             match modify {
+                // The new lock goes in before the old one leaves its other
+                // table: a reader meanwhile finds one or the other.
+                Modify::Put {
+                    cf: Cf::Lock,
+                    key,
+                    value,
+                } if is_memory_only(Cf::Lock, value) => {
+                    self.put_memory_only(key.clone(), value.clone());
+                    self.remove(key);
+                }
                 Modify::Put {
                     cf: Cf::Lock,
                     key,
                     value,
                 } => {
-                    if is_memory_only(Cf::Lock, value) {
-                        self.put_memory_only(key.clone(), value.clone());
-                    } else {
-                        self.remove_memory_only(key);
-                    }
                     self.put(key.clone(), value.clone());
+                    self.remove_memory_only(key);
                 }
                 Modify::Delete { cf: Cf::Lock, key } => {
                     self.remove_memory_only(key);
@@ -175,42 +209,53 @@ impl LockMirror {
                     cf: Cf::Lock,
                     start,
                     end,
-                } => {
-                    for shard in self.shards.iter() {
-                        let mut shard = shard.write();
-                        let before = shard.len();
-                        shard.retain(|key, _| key < start || key >= end);
-                        self.len.fetch_sub(before - shard.len(), Ordering::SeqCst);
-                    }
-                    let mut memory_only = self.memory_only.write();
-                    memory_only.retain(|key, _| key < start || key >= end);
-                    self.memory_only_len
-                        .store(memory_only.len(), Ordering::SeqCst);
-                }
+                } => self.delete_range(start, end),
                 _ => {}
             }
         }
     }
 
+    fn delete_range(&self, start: &[u8], end: &[u8]) {
+        let outside = |key: &Vec<u8>| key.as_slice() < start || key.as_slice() >= end;
+        for shard in self.shards.iter() {
+            let mut shard = shard.write();
+            let before = shard.len();
+            shard.retain(|key, _| outside(key));
+            self.len.fetch_sub(before - shard.len(), Ordering::SeqCst);
+        }
+        for shard in self.memory_only.iter() {
+            let mut shard = shard.write();
+            let before = shard.len();
+            shard.retain(|key, _| outside(key));
+            self.memory_only_len
+                .fetch_sub(before - shard.len(), Ordering::SeqCst);
+        }
+    }
+
     fn put_memory_only(&self, key: Vec<u8>, value: Vec<u8>) {
-        let mut memory_only = self.memory_only.write();
-        memory_only.insert(key, value);
-        self.memory_only_len
-            .store(memory_only.len(), Ordering::SeqCst);
+        let mut shard = self.memory_only[memory_shard(&key)].write();
+        if shard.insert(key, value).is_none() {
+            self.memory_only_len.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     fn remove_memory_only(&self, key: &[u8]) {
         if self.memory_only_len.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let mut memory_only = self.memory_only.write();
-        if memory_only.remove(key).is_some() {
-            self.memory_only_len
-                .store(memory_only.len(), Ordering::SeqCst);
+        if self.memory_only[memory_shard(key)]
+            .write()
+            .remove(key)
+            .is_some()
+        {
+            self.memory_only_len.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
     fn remove(&self, key: &[u8]) {
+        if self.len.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         if self.shards[shard(key)].write().remove(key).is_some() {
             self.len.fetch_sub(1, Ordering::SeqCst);
         }
@@ -232,6 +277,10 @@ fn shard(key: &[u8]) -> usize {
     hasher.write(key);
     // The low bits pick the slot inside the shard's table: take high ones.
     (hasher.finish() >> 58) as usize % SHARDS
+}
+
+fn memory_shard(key: &[u8]) -> usize {
+    shard(key) % MEMORY_SHARDS
 }
 
 #[cfg(test)]
@@ -261,5 +310,43 @@ mod tests {
         assert_eq!(mirror.get(b"b"), None);
         assert_eq!(mirror.get(b"c"), Some(b"3".to_vec()));
         assert_eq!(mirror.len.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn keeps_memory_only_locks_apart_and_lists_them_in_key_order() {
+        let mirror = LockMirror::new([(vec![b'k', 0], b"P-from-disk".to_vec())]);
+        let mut batch = WriteBatch::new();
+        // Enough keys to land in several shards.
+        for i in (0..40u8).rev() {
+            batch.put(Cf::Lock, vec![b'k', i], vec![b'S', i]);
+        }
+        mirror.apply(&batch);
+        // The memory-only lock replaced the one RocksDB held.
+        assert!(!mirror.holds_in_rocksdb(&[b'k', 0]));
+        assert!(mirror.holds_memory_only(&[b'k', 0]));
+        assert_eq!(mirror.get(&[b'k', 7]), Some(vec![b'S', 7]));
+        assert_eq!(mirror.memory_only_get(&[b'k', 7]), Some(vec![b'S', 7]));
+        let listed = mirror
+            .memory_only_range(Some(&[b'k', 5]), Some(&[b'k', 30]))
+            .unwrap();
+        let keys: Vec<Vec<u8>> = listed.into_iter().map(|(k, _)| k).collect();
+        let expected: Vec<Vec<u8>> = (5..30u8).map(|i| vec![b'k', i]).collect();
+        assert_eq!(keys, expected);
+        // A prewrite lock replaces a pessimistic one; RocksDB holds it.
+        let mut batch = WriteBatch::new();
+        batch.put(Cf::Lock, vec![b'k', 7], b"P".to_vec());
+        batch.delete(Cf::Lock, vec![b'k', 8]);
+        batch.delete_range(Cf::Lock, vec![b'k', 20], vec![b'k', 40]);
+        mirror.apply(&batch);
+        assert!(mirror.holds_in_rocksdb(&[b'k', 7]));
+        assert!(!mirror.holds_memory_only(&[b'k', 7]));
+        assert_eq!(mirror.get(&[b'k', 7]), Some(b"P".to_vec()));
+        assert_eq!(mirror.get(&[b'k', 8]), None);
+        assert_eq!(mirror.memory_only_len.load(Ordering::SeqCst), 40 - 2 - 20);
+        assert_eq!(mirror.len.load(Ordering::SeqCst), 1);
+        let all = mirror.memory_only_range(None, None).unwrap();
+        assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(all.len(), 18);
+        assert!(!mirror.is_empty());
     }
 }

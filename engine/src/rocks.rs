@@ -855,7 +855,7 @@ impl RocksEngine {
                     // Kept by the lock mirror only. A lock RocksDB holds
                     // for the key (one from before this process) goes, so
                     // that no key is in both.
-                    if locks.get(key).is_some() && !locks.holds_memory_only(key) {
+                    if locks.holds_in_rocksdb(key) {
                         set_data_key(&mut stored, key);
                         wb.delete_cf(handles[cf.index()], &stored);
                     }
@@ -993,13 +993,13 @@ impl Snapshot for RocksSnapshot {
     type Iter = RocksIterator;
 
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let db = self.db();
-        let handle = handle(db, cf)?;
         let read = match &self.view {
             View::Pinned(cell) => &cell.borrow_dependent().point_read,
             View::Latest(latest) if cf == Cf::Lock => return Ok(latest.inner.locks.get(key)),
             View::Latest(latest) => &latest.inner.latest_read,
         };
+        let db = self.db();
+        let handle = handle(db, cf)?;
         let value = db.get_pinned_cf_opt(handle, data_key(key), read)?;
         Ok(match value {
             Some(value) => Some(value.to_vec()),

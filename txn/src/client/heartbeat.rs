@@ -11,6 +11,7 @@ use std::sync::{OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use percolate_engine::Engine;
 use percolate_mvcc::TimeStamp;
@@ -25,15 +26,22 @@ pub(crate) struct HeartBeats {
     start: Box<dyn Fn(std::sync::Arc<Shared>) -> JoinHandle<()> + Send + Sync>,
 }
 
+/// Shards of the primaries: every transaction that commits in two phases
+/// (or locks pessimistically) adds and removes one, so that concurrent
+/// ones seldom meet on a mutex.
+const SHARDS: usize = 16;
+
 struct Shared {
-    primaries: Mutex<State>,
+    primaries: Box<[CachePadded<Mutex<HashMap<TimeStamp, Vec<u8>>>>]>,
+    /// Set when the client goes; the thread waits on it between rounds.
+    stop: Mutex<bool>,
     wake: Condvar,
 }
 
-#[derive(Default)]
-struct State {
-    primaries: HashMap<TimeStamp, Vec<u8>>,
-    stop: bool,
+impl Shared {
+    fn shard(&self, start_ts: TimeStamp) -> &Mutex<HashMap<TimeStamp, Vec<u8>>> {
+        &self.primaries[start_ts.into_inner() as usize % SHARDS]
+    }
 }
 
 impl HeartBeats {
@@ -41,7 +49,8 @@ impl HeartBeats {
         let interval = Duration::from_millis((lock_ttl_ms / 3).max(1));
         HeartBeats {
             shared: std::sync::Arc::new(Shared {
-                primaries: Mutex::default(),
+                primaries: (0..SHARDS).map(|_| CachePadded::default()).collect(),
+                stop: Mutex::new(false),
                 wake: Condvar::new(),
             }),
             thread: OnceLock::new(),
@@ -57,24 +66,20 @@ impl HeartBeats {
 
     /// Keeps the primary lock of `start_ts` alive until [`stop`](Self::stop).
     pub(crate) fn keep_alive(&self, start_ts: TimeStamp, primary: Vec<u8>) {
-        self.shared
-            .primaries
-            .lock()
-            .primaries
-            .insert(start_ts, primary);
+        self.shared.shard(start_ts).lock().insert(start_ts, primary);
         self.thread
             .get_or_init(|| (self.start)(self.shared.clone()));
     }
 
     /// Stops keeping `start_ts`'s primary lock alive.
     pub(crate) fn stop(&self, start_ts: TimeStamp) {
-        self.shared.primaries.lock().primaries.remove(&start_ts);
+        self.shared.shard(start_ts).lock().remove(&start_ts);
     }
 }
 
 impl Drop for HeartBeats {
     fn drop(&mut self) {
-        self.shared.primaries.lock().stop = true;
+        *self.shared.stop.lock() = true;
         self.shared.wake.notify_all();
         if let Some(thread) = self.thread.take() {
             if thread.thread().id() != std::thread::current().id() {
@@ -86,20 +91,26 @@ impl Drop for HeartBeats {
 
 fn beat<E: Engine>(client: &Weak<Inner<E>>, shared: &Shared, interval: Duration, lock_ttl_ms: u64) {
     loop {
-        let due: Vec<(TimeStamp, Vec<u8>)> = {
-            let mut state = shared.primaries.lock();
-            if !state.stop {
-                shared.wake.wait_for(&mut state, interval);
+        {
+            let mut stop = shared.stop.lock();
+            if !*stop {
+                shared.wake.wait_for(&mut stop, interval);
             }
-            if state.stop {
+            if *stop {
                 return;
             }
-            state
-                .primaries
-                .iter()
-                .map(|(ts, p)| (*ts, p.clone()))
-                .collect()
-        };
+        }
+        let due: Vec<(TimeStamp, Vec<u8>)> = shared
+            .primaries
+            .iter()
+            .flat_map(|shard| {
+                let shard = shard.lock();
+                shard
+                    .iter()
+                    .map(|(ts, p)| (*ts, p.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         let Some(client) = client.upgrade() else {
             return;
         };

@@ -1,7 +1,6 @@
 //! A pessimistic transaction: keys are locked as they are read for update
 //! or written, so that the commit cannot meet a write conflict on them.
 
-use std::collections::BTreeSet;
 use std::ops::RangeBounds;
 use std::time::Duration;
 
@@ -58,8 +57,6 @@ pub struct PessimisticTransaction<E: Engine = RocksEngine> {
     primary: Option<Vec<u8>>,
     /// The for_update_ts of the latest lock request.
     for_update_ts: TimeStamp,
-    /// Keys holding this transaction's pessimistic lock.
-    locked: BTreeSet<Vec<u8>>,
     /// Set once the transaction committed or rolled back.
     finished: bool,
 }
@@ -69,7 +66,7 @@ impl<E: Engine> std::fmt::Debug for PessimisticTransaction<E> {
         f.debug_struct("PessimisticTransaction")
             .field("start_ts", &self.txn.start_ts())
             .field("for_update_ts", &self.for_update_ts)
-            .field("locked", &self.locked.len())
+            .field("locked", &self.txn.buffered_len())
             .finish()
     }
 }
@@ -81,7 +78,6 @@ impl<E: Engine> PessimisticTransaction<E> {
             txn,
             primary: None,
             for_update_ts: start_ts,
-            locked: BTreeSet::new(),
             finished: false,
         }
     }
@@ -132,27 +128,46 @@ impl<E: Engine> PessimisticTransaction<E> {
         // Its own write is the value; a key only locked is read again (at
         // a fresh for_update_ts: a commit since its lock request is none of
         // this transaction's, and the lock request reads it).
-        if self.txn.buffers_write(key) && self.locked.contains(key) {
-            return self.txn.get(key);
-        }
-        let values = self.lock(&[key.to_vec()], true)?;
+        // (Every buffered key is locked.)
         if self.txn.buffers_write(key) {
             return self.txn.get(key);
         }
-        Ok(values.into_iter().next().flatten())
+        let value = self.lock_one(key, true, false)?;
+        self.txn.lock_keys([key]);
+        Ok(value)
     }
 
     /// Locks `keys`: no other transaction can write them until this one
     /// ends. They are committed as Lock records if not written.
     pub fn lock_keys<K: Into<Vec<u8>>>(&mut self, keys: impl IntoIterator<Item = K>) -> Result<()> {
         let keys: Vec<Vec<u8>> = keys.into_iter().map(Into::into).collect();
-        self.lock(&keys, false).map(drop)
+        let unlocked: Vec<&[u8]> = keys
+            .iter()
+            .map(Vec::as_slice)
+            .filter(|k| !self.txn.buffers(k))
+            .collect();
+        if unlocked.is_empty() {
+            return Ok(());
+        }
+        check_keys(&unlocked)?;
+        let mut rest = &unlocked[..];
+        if self.primary.is_none() {
+            self.lock_primary(rest[0], false, false)?;
+            self.txn.lock_keys([rest[0]]);
+            rest = &rest[1..];
+        }
+        let client = self.txn.client().clone();
+        for (_, keys) in by_region(&client, rest) {
+            self.lock_region(&client, &keys, false, false)?;
+            self.txn.lock_keys(keys);
+        }
+        Ok(())
     }
 
     /// Locks `key` and sets it to `value` at commit.
     pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
         let key = key.into();
-        self.lock(std::slice::from_ref(&key), false)?;
+        self.lock_unlocked(&key)?;
         self.txn.put(key, value);
         Ok(())
     }
@@ -160,7 +175,7 @@ impl<E: Engine> PessimisticTransaction<E> {
     /// Locks `key` and deletes it at commit.
     pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> Result<()> {
         let key = key.into();
-        self.lock(std::slice::from_ref(&key), false)?;
+        self.lock_unlocked(&key)?;
         self.txn.delete(key);
         Ok(())
     }
@@ -169,7 +184,7 @@ impl<E: Engine> PessimisticTransaction<E> {
     /// it to `value` at commit.
     pub fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
         let key = key.into();
-        self.lock_with(std::slice::from_ref(&key), false, true)?;
+        self.lock_one(&key, false, true)?;
         self.txn.insert(key, value);
         Ok(())
     }
@@ -216,80 +231,52 @@ impl<E: Engine> PessimisticTransaction<E> {
         Ok(())
     }
 
-    /// Locks `keys` (those not locked yet), returning their values when
-    /// `want_values`.
-    fn lock(&mut self, keys: &[Vec<u8>], want_values: bool) -> Result<Vec<Option<Vec<u8>>>> {
-        self.lock_with(keys, want_values, false)
+    /// Locks `key` unless this transaction holds its lock already (every
+    /// key in its buffer). The caller buffers it.
+    fn lock_unlocked(&mut self, key: &[u8]) -> Result<()> {
+        if self.txn.buffers(key) {
+            return Ok(());
+        }
+        self.lock_one(key, false, false).map(drop)
     }
 
-    fn lock_with(
+    /// Locks `key` (again, if held: a locking read is a fresh read at a new
+    /// for_update_ts), returning its value when `want_value`. The caller
+    /// buffers it.
+    fn lock_one(
         &mut self,
-        keys: &[Vec<u8>],
-        want_values: bool,
+        key: &[u8],
+        want_value: bool,
         should_not_exist: bool,
-    ) -> Result<Vec<Option<Vec<u8>>>> {
-        let client = self.txn.client().clone();
-        let needed: Vec<&Vec<u8>> = keys
-            .iter()
-            .filter(|k| want_values || should_not_exist || !self.locked.contains(*k))
-            .collect();
-        if needed.is_empty() {
-            return Ok(keys.iter().map(|_| None).collect());
-        }
-        if needed.iter().any(|k| k.is_empty()) {
-            return Err(Error::InvalidRequest {
-                reason: "a transaction cannot write the empty key",
-                key: None,
-            });
-        }
-        let mut values = std::collections::HashMap::new();
-        let mut rest = &needed[..];
+    ) -> Result<Option<Vec<u8>>> {
+        check_keys(&[key])?;
         if self.primary.is_none() {
-            let primary = needed[0].clone();
-            let value =
-                self.lock_primary(&client, primary.clone(), want_values, should_not_exist)?;
-            values.insert(primary, value);
-            rest = &needed[1..];
+            return self.lock_primary(key, want_value, should_not_exist);
         }
-        for (_, ks) in by_region(&client, rest) {
-            let got = self.lock_region(&client, &ks, want_values, should_not_exist)?;
-            for (k, v) in ks.into_iter().zip(got) {
-                self.locked.insert(k.clone());
-                self.txn.lock_keys([k.clone()]);
-                values.insert(k, v);
-            }
-        }
-        Ok(keys.iter().map(|k| values.remove(k).flatten()).collect())
+        let client = self.txn.client().clone();
+        let mut values = self.lock_region(&client, &[key], want_value, should_not_exist)?;
+        Ok(values.pop().flatten())
     }
 
     /// Locks the first key of the transaction, its primary, on its own, so
     /// that every later lock names a primary that exists; returns its value
-    /// when `want_values`.
+    /// when `want_value`. Its heart beats start.
     fn lock_primary(
         &mut self,
-        client: &Inner<E>,
-        primary: Vec<u8>,
-        want_values: bool,
+        primary: &[u8],
+        want_value: bool,
         should_not_exist: bool,
     ) -> Result<Option<Vec<u8>>> {
-        self.primary = Some(primary.clone());
-        let value = match self.lock_region(
-            client,
-            std::slice::from_ref(&primary),
-            want_values,
-            should_not_exist,
-        ) {
+        let client = self.txn.client().clone();
+        self.primary = Some(primary.to_vec());
+        let value = match self.lock_region(&client, &[primary], want_value, should_not_exist) {
             Ok(mut value) => value.pop().flatten(),
             Err(e) => {
                 self.primary = None;
                 return Err(e);
             }
         };
-        self.locked.insert(primary.clone());
-        // Buffered as soon as locked (committed as a Lock record unless
-        // written), so that the commit prewrites it whatever follows.
-        self.txn.lock_keys([primary.clone()]);
-        client.heartbeats.keep_alive(self.start_ts(), primary);
+        client.heartbeats.keep_alive(self.start_ts(), primary.to_vec());
         Ok(value)
     }
 
@@ -299,11 +286,11 @@ impl<E: Engine> PessimisticTransaction<E> {
     fn lock_region(
         &mut self,
         client: &Inner<E>,
-        keys: &[Vec<u8>],
+        keys: &[&[u8]],
         want_values: bool,
         should_not_exist: bool,
     ) -> Result<Vec<Option<Vec<u8>>>> {
-        let storage = client.cluster.region_for(&keys[0]).storage();
+        let storage = client.cluster.region_for(keys[0]).storage();
         let deadline = Deadline::after(client.config.resolve_timeout);
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
         loop {
@@ -351,12 +338,12 @@ impl<E: Engine> PessimisticTransaction<E> {
     fn lock_request(
         &self,
         client: &Inner<E>,
-        keys: &[Vec<u8>],
+        keys: &[&[u8]],
         for_update_ts: TimeStamp,
         want_values: bool,
         should_not_exist: bool,
     ) -> AcquirePessimisticLock {
-        let primary = self.primary.clone().expect("the primary is chosen first");
+        let primary = self.primary.as_deref().expect("the primary is chosen first");
         let mut request = AcquirePessimisticLock::new(
             keys.iter().map(|k| key(k)).collect(),
             primary,
@@ -384,17 +371,14 @@ impl<E: Engine> PessimisticTransaction<E> {
     fn release_locks(&mut self) {
         let client = self.txn.client().clone();
         client.heartbeats.stop(self.start_ts());
-        if !self.locked.is_empty() {
+        let locked: Vec<&[u8]> = self.txn.buffered_keys().collect();
+        if !locked.is_empty() {
             client.metrics.rolled_back();
         }
-        let mut by_region: Vec<(usize, Vec<Key>)> = Vec::new();
-        for k in std::mem::take(&mut self.locked) {
-            let region = client.cluster.region_index(&k);
-            match by_region.iter_mut().find(|(r, _)| *r == region) {
-                Some((_, ks)) => ks.push(key(&k)),
-                None => by_region.push((region, vec![key(&k)])),
-            }
-        }
+        let by_region: Vec<(usize, Vec<Key>)> = by_region(&client, &locked)
+            .into_iter()
+            .map(|(region, keys)| (region, keys.into_iter().map(key).collect()))
+            .collect();
         for (region, keys) in by_region {
             let storage = client.cluster.regions()[region].storage();
             // Pessimistic locks first (only up to this transaction's
@@ -412,17 +396,29 @@ impl<E: Engine> PessimisticTransaction<E> {
     }
 }
 
-/// `keys` grouped by region, in key order: one lock request per region.
-fn by_region<E: Engine>(client: &Inner<E>, keys: &[&Vec<u8>]) -> Vec<(usize, Vec<Vec<u8>>)> {
-    let mut by_region: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+/// `keys` grouped by region, in the order given within each: one lock
+/// request per region.
+fn by_region<'k, E: Engine>(client: &Inner<E>, keys: &[&'k [u8]]) -> Vec<(usize, Vec<&'k [u8]>)> {
+    let mut by_region: Vec<(usize, Vec<&[u8]>)> = Vec::new();
     for k in keys {
         let region = client.cluster.region_index(k);
         match by_region.iter_mut().find(|(r, _)| *r == region) {
-            Some((_, ks)) => ks.push((*k).clone()),
-            None => by_region.push((region, vec![(*k).clone()])),
+            Some((_, ks)) => ks.push(k),
+            None => by_region.push((region, vec![k])),
         }
     }
     by_region
+}
+
+/// Refuses the empty key, which no transaction can write.
+fn check_keys(keys: &[&[u8]]) -> Result<()> {
+    if keys.iter().any(|k| k.is_empty()) {
+        return Err(Error::InvalidRequest {
+            reason: "a transaction cannot write the empty key",
+            key: None,
+        });
+    }
+    Ok(())
 }
 
 impl<E: Engine> Drop for PessimisticTransaction<E> {

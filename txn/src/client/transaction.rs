@@ -337,6 +337,21 @@ impl<E: Engine> Transaction<E> {
         outcome
     }
 
+    /// Whether `key` is in the buffer (a write or a lock).
+    pub(super) fn buffers(&self, key: &[u8]) -> bool {
+        self.buffer.contains_key(key)
+    }
+
+    /// The buffered keys, in key order.
+    pub(super) fn buffered_keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.buffer.keys().map(Vec::as_slice)
+    }
+
+    /// How many keys are buffered.
+    pub(super) fn buffered_len(&self) -> usize {
+        self.buffer.len()
+    }
+
     /// Whether `key` has a buffered write (a Put, an Insert or a Delete;
     /// not a lock).
     pub(super) fn buffers_write(&self, key: &[u8]) -> bool {

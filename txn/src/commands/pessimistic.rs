@@ -86,8 +86,12 @@ impl AcquirePessimisticLock {
     }
 
     fn check(&self) -> Result<()> {
-        let keys: Vec<Key> = self.keys.iter().map(|(k, _)| k.clone()).collect();
-        require_keys(&keys, "a pessimistic lock request needs at least one key")?;
+        if self.keys.is_empty() {
+            return Err(Error::InvalidRequest {
+                reason: "a pessimistic lock request needs at least one key",
+                key: None,
+            });
+        }
         if self.options.primary.is_empty() {
             return Err(Error::InvalidRequest {
                 reason: "a pessimistic lock request needs a primary key",
