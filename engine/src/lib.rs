@@ -742,6 +742,89 @@ mod tests {
         latest_lock_reads_follow_writes(temp_rocks_engine());
     }
 
+    /// A write-CF scan cursor of a RocksDB latest view comes from a pool
+    /// and applies its bounds itself; it must move as a snapshot's cursor,
+    /// whose bounds RocksDB applies, does: seeks clamped into the bounds,
+    /// invalid past them in either direction, reused with other bounds.
+    #[test]
+    fn pooled_scan_cursors_keep_their_bounds_as_rocksdb_does() {
+        let engine = temp_rocks_engine();
+        let mut batch = WriteBatch::new();
+        for k in [&b"a"[..], b"b", b"c", b"d", b"e", b"f"] {
+            batch.put(Cf::Write, k.to_vec(), k.to_vec());
+        }
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        type Range<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+        let bounds: [Range<'_>; 5] = [
+            (Some(b"b"), Some(b"e")),
+            (None, Some(b"c")),
+            (Some(b"bb"), None),
+            (None, None),
+            (Some(b"d"), Some(b"d")),
+        ];
+        // Twice: the second round reuses pooled cursors.
+        for (lower, upper) in bounds.iter().chain(bounds.iter()) {
+            let options = || {
+                let mut options = IterOptions::new();
+                options.lower_bound = lower.map(<[u8]>::to_vec);
+                options.upper_bound = upper.map(<[u8]>::to_vec);
+                options
+            };
+            let mut pooled = engine.latest().iter(Cf::Write, options()).unwrap();
+            let mut native = engine.snapshot().iter(Cf::Write, options()).unwrap();
+            let at = |it: &RocksIterator| it.valid().unwrap().then(|| it.key().to_vec());
+            type Move<'a> = &'a dyn Fn(&mut RocksIterator) -> Result<bool>;
+            let moves: [Move<'_>; 10] = [
+                &|it| it.seek_to_first(),
+                &|it| it.next(),
+                &|it| it.seek(b"0"),
+                &|it| it.seek(b"cc"),
+                &|it| it.seek(b"z"),
+                &|it| it.seek_to_last(),
+                &|it| it.prev(),
+                &|it| it.seek_for_prev(b"z"),
+                &|it| it.seek_for_prev(b"c"),
+                &|it| it.seek_for_prev(b"0"),
+            ];
+            for (i, step) in moves.iter().enumerate() {
+                step(&mut pooled).unwrap();
+                step(&mut native).unwrap();
+                assert_eq!(
+                    at(&pooled),
+                    at(&native),
+                    "bounds {lower:?}..{upper:?}, move {i}"
+                );
+                // Walk on to the end both ways.
+                while pooled.valid().unwrap() {
+                    pooled.next().unwrap();
+                    native.next().unwrap();
+                    assert_eq!(
+                        at(&pooled),
+                        at(&native),
+                        "bounds {lower:?}..{upper:?}, move {i}"
+                    );
+                }
+            }
+            step_back_to_lower(&mut pooled, &mut native, &at);
+        }
+    }
+
+    /// From the last key in bounds down past the lower bound, both alike.
+    fn step_back_to_lower(
+        pooled: &mut RocksIterator,
+        native: &mut RocksIterator,
+        at: &dyn Fn(&RocksIterator) -> Option<Vec<u8>>,
+    ) {
+        pooled.seek_to_last().unwrap();
+        native.seek_to_last().unwrap();
+        assert_eq!(at(pooled), at(native));
+        while pooled.valid().unwrap() {
+            pooled.prev().unwrap();
+            native.prev().unwrap();
+            assert_eq!(at(pooled), at(native));
+        }
+    }
+
     /// Pessimistic locks (lock-CF values starting with `S`) are kept in
     /// memory only on RocksDB; every reader sees them as on the memory
     /// engine: gets of either view, and lock-CF cursors merging them with

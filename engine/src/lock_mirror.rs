@@ -61,6 +61,9 @@ impl Hasher for Fnv {
 
 type Shard = HashMap<Vec<u8>, Vec<u8>, BuildHasherDefault<Fnv>>;
 
+/// A shard of memory-only locks, in key order.
+type OrderedShard = BTreeMap<Vec<u8>, Vec<u8>>;
+
 /// Whether a lock-CF record is kept in memory only: a pessimistic lock
 /// (lock type `S`, the first byte of TiKV's lock encoding). See
 /// [`RocksEngine`](crate::RocksEngine)'s docs.
@@ -84,7 +87,7 @@ pub(crate) struct LockMirror {
     /// The locks written since the database opened that RocksDB does not
     /// hold (pessimistic locks), in key order within each shard, for
     /// cursors.
-    memory_only: Box<[RwLock<BTreeMap<Vec<u8>, Vec<u8>>>]>,
+    memory_only: Box<[RwLock<OrderedShard>]>,
     /// Entries of `memory_only`, so that a lookup or a cursor while there
     /// are none takes no lock.
     memory_only_len: AtomicUsize,
@@ -128,9 +131,7 @@ impl LockMirror {
     /// Whether `key`'s lock is one RocksDB does not hold.
     pub(crate) fn holds_memory_only(&self, key: &[u8]) -> bool {
         self.memory_only_len.load(Ordering::SeqCst) > 0
-            && self.memory_only[memory_shard(key)]
-                .read()
-                .contains_key(key)
+            && self.memory_only[memory_shard(key)].read().contains_key(key)
     }
 
     /// `key`'s lock if RocksDB does not hold it.

@@ -977,16 +977,30 @@ fn iter_read_options(options: &IterOptions) -> ReadOptions {
     read
 }
 
-/// Whether a latest view's cursor with `options` is of the kind the pool
-/// keeps: the write-CF point-read cursor (prefix mode, no bounds, no skip
-/// limit, filling the cache), which every point read opens.
-fn pooled_kind(cf: Cf, options: &IterOptions) -> bool {
-    cf == Cf::Write
-        && options.seek_mode == SeekMode::Prefix
-        && options.lower_bound.is_none()
-        && options.upper_bound.is_none()
-        && options.max_skipped.is_none()
-        && options.fill_cache
+/// The kind of pooled cursor a latest view's cursor with `options` is, if
+/// the pool keeps that kind: write-CF cursors with no skip limit, filling
+/// the cache. In prefix mode the point-read cursor, which every point read
+/// opens, with no bounds; in total order the scan cursor, whose bounds the
+/// [`RocksIterator`] applies itself (a RocksDB cursor's bounds are fixed
+/// when it is built), so that one cursor serves scans of any range.
+fn pooled_kind(cf: Cf, options: &IterOptions) -> Option<PooledKind> {
+    if cf != Cf::Write || options.max_skipped.is_some() || !options.fill_cache {
+        return None;
+    }
+    match options.seek_mode {
+        SeekMode::Prefix if options.lower_bound.is_none() && options.upper_bound.is_none() => {
+            Some(PooledKind::PointRead)
+        }
+        SeekMode::Prefix => None,
+        SeekMode::TotalOrder => Some(PooledKind::Scan),
+    }
+}
+
+/// The kinds of cursor a [`CursorPool`] keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PooledKind {
+    PointRead = 0,
+    Scan = 1,
 }
 
 impl Snapshot for RocksSnapshot {
@@ -1023,22 +1037,28 @@ impl Snapshot for RocksSnapshot {
     }
 
     fn iter(&self, cf: Cf, options: IterOptions) -> Result<RocksIterator> {
+        let pooled = pooled_kind(cf, &options);
         let (cell, pool) = match &self.view {
             View::Pinned(cell) => (
                 IterCell::open(IterSource::Snapshot(cell.clone()), cf, &options)?,
                 None,
             ),
-            View::Latest(latest) if pooled_kind(cf, &options) => {
+            View::Latest(latest) if let Some(kind) = pooled => {
                 let (inner, pool) = (&latest.inner, &latest.cursors);
-                let cell = match pool.take() {
+                // Built without bounds: the iterator applies them.
+                let mut unbounded = options.clone();
+                (unbounded.lower_bound, unbounded.upper_bound) = (None, None);
+                let cell = match pool.take(kind) {
                     Some(mut cell) => match cell.with_dependent_mut(|_, it| it.refresh()) {
                         Ok(()) => cell,
                         // Build a new one instead.
-                        Err(_) => IterCell::open(IterSource::Latest(inner.clone()), cf, &options)?,
+                        Err(_) => {
+                            IterCell::open(IterSource::Latest(inner.clone()), cf, &unbounded)?
+                        }
                     },
-                    None => IterCell::open(IterSource::Latest(inner.clone()), cf, &options)?,
+                    None => IterCell::open(IterSource::Latest(inner.clone()), cf, &unbounded)?,
                 };
-                (cell, Some(pool.clone()))
+                (cell, Some((pool.clone(), kind)))
             }
             View::Latest(latest) => (
                 IterCell::open(IterSource::Latest(latest.inner.clone()), cf, &options)?,
@@ -1063,12 +1083,20 @@ impl Snapshot for RocksSnapshot {
         } else {
             None
         };
+        let bounds = match pool {
+            Some((_, PooledKind::Scan)) => Some(Bounds {
+                lower: options.lower_bound,
+                upper: options.upper_bound,
+            }),
+            _ => None,
+        };
         Ok(RocksIterator {
             cell: Some(cell),
             pool,
             target: Vec::new(),
             valid: false,
             overlay,
+            bounds,
         })
     }
 }
@@ -1121,10 +1149,14 @@ impl IterCell {
 /// refreshed or dropped), so the pool keeps few. [`RocksEngine::flush`]
 /// empties it.
 struct CursorPool {
-    shards: Box<[CachePadded<Mutex<Vec<IterCell>>>]>,
+    /// Per thread slot, the idle cursors of each [`PooledKind`].
+    shards: Box<[CachePadded<Mutex<IdleCursors>>]>,
 }
 
-/// Idle cursors one shard keeps.
+/// A shard's idle cursors, by [`PooledKind`].
+type IdleCursors = [Vec<IterCell>; 2];
+
+/// Idle cursors of one kind one shard keeps.
 const CURSORS_PER_SHARD: usize = 2;
 
 impl CursorPool {
@@ -1136,24 +1168,27 @@ impl CursorPool {
         }
     }
 
-    fn shard(&self) -> &Mutex<Vec<IterCell>> {
+    fn shard(&self) -> &Mutex<IdleCursors> {
         &self.shards[thread_slot() % self.shards.len()]
     }
 
-    fn take(&self) -> Option<IterCell> {
-        self.shard().lock().pop()
+    fn take(&self, kind: PooledKind) -> Option<IterCell> {
+        self.shard().lock()[kind as usize].pop()
     }
 
-    fn put(&self, cell: IterCell) {
+    fn put(&self, kind: PooledKind, cell: IterCell) {
         let mut shard = self.shard().lock();
-        if shard.len() < CURSORS_PER_SHARD {
-            shard.push(cell);
+        let idle = &mut shard[kind as usize];
+        if idle.len() < CURSORS_PER_SHARD {
+            idle.push(cell);
         }
     }
 
     fn clear(&self) {
         for shard in self.shards.iter() {
-            shard.lock().clear();
+            for idle in shard.lock().iter_mut() {
+                idle.clear();
+            }
         }
     }
 }
@@ -1179,7 +1214,7 @@ pub struct RocksIterator {
     /// Always `Some` until dropped.
     cell: Option<IterCell>,
     /// Where the cursor goes back when dropped, for a pooled one.
-    pool: Option<Arc<CursorPool>>,
+    pool: Option<(Arc<CursorPool>, PooledKind)>,
     /// Scratch buffer for `z + seek target`.
     target: Vec<u8>,
     /// Whether the cursor rests on a key, as of its last move. Cached: the
@@ -1187,12 +1222,25 @@ pub struct RocksIterator {
     valid: bool,
     /// A lock-CF cursor's memory-only locks, merged with RocksDB's.
     overlay: Option<Overlay>,
+    /// The bounds a pooled scan cursor applies itself.
+    bounds: Option<Bounds>,
+}
+
+/// A cursor's bounds in user keys, applied as RocksDB's
+/// `iterate_lower_bound` and `iterate_upper_bound` are: a seek below the
+/// lower bound lands at it, a backward seek at or above the upper bound
+/// lands below it, and the cursor is invalid outside them.
+struct Bounds {
+    /// Inclusive.
+    lower: Option<Vec<u8>>,
+    /// Exclusive.
+    upper: Option<Vec<u8>>,
 }
 
 impl Drop for RocksIterator {
     fn drop(&mut self) {
-        if let (Some(pool), Some(cell)) = (&self.pool, self.cell.take()) {
-            pool.put(cell);
+        if let (Some((pool, kind)), Some(cell)) = (&self.pool, self.cell.take()) {
+            pool.put(*kind, cell);
         }
     }
 }
@@ -1239,31 +1287,71 @@ impl RocksIterator {
 /// The RocksDB cursor's own moves, without the overlay.
 impl RocksIterator {
     fn raw_seek(&mut self, key: &[u8]) -> Result<bool> {
+        match self.bounds.as_ref().and_then(|b| b.lower.as_ref()) {
+            Some(lower) if key < lower.as_slice() => {
+                let lower = lower.clone();
+                self.set_target(&lower);
+            }
+            _ => self.set_target(key),
+        }
+        let (cell, target) = (self.cell.as_mut(), &self.target);
+        cell.expect("an iterator holds its cell until dropped")
+            .with_dependent_mut(|_, it| it.seek(target));
+        self.status()?;
+        Ok(self.within_bounds())
+    }
+
+    fn raw_seek_for_prev(&mut self, key: &[u8]) -> Result<bool> {
+        match self.bounds.as_ref().and_then(|b| b.upper.as_ref()) {
+            Some(upper) if key >= upper.as_slice() => {
+                let upper = upper.clone();
+                self.seek_below(&upper)?;
+            }
+            _ => {
+                self.set_target(key);
+                let (cell, target) = (self.cell.as_mut(), &self.target);
+                cell.expect("an iterator holds its cell until dropped")
+                    .with_dependent_mut(|_, it| it.seek_for_prev(target));
+                self.status()?;
+            }
+        }
+        Ok(self.within_bounds())
+    }
+
+    /// To the last key below `key`.
+    fn seek_below(&mut self, key: &[u8]) -> Result<()> {
         self.set_target(key);
         let (cell, target) = (self.cell.as_mut(), &self.target);
         cell.expect("an iterator holds its cell until dropped")
             .with_dependent_mut(|_, it| it.seek(target));
-        self.status()
-    }
-
-    fn raw_seek_for_prev(&mut self, key: &[u8]) -> Result<bool> {
-        self.set_target(key);
-        let (cell, target) = (self.cell.as_mut(), &self.target);
-        cell.expect("an iterator holds its cell until dropped")
-            .with_dependent_mut(|_, it| it.seek_for_prev(target));
-        self.status()
+        if self.status()? {
+            self.cell_mut().with_dependent_mut(|_, it| it.prev());
+        } else {
+            self.cell_mut()
+                .with_dependent_mut(|_, it| it.seek_to_last());
+        }
+        self.status().map(drop)
     }
 
     fn raw_seek_to_first(&mut self) -> Result<bool> {
+        if let Some(lower) = self.bounds.as_ref().and_then(|b| b.lower.clone()) {
+            return self.raw_seek(&lower);
+        }
         self.cell_mut()
             .with_dependent_mut(|_, it| it.seek_to_first());
-        self.status()
+        self.status()?;
+        Ok(self.within_bounds())
     }
 
     fn raw_seek_to_last(&mut self) -> Result<bool> {
+        if let Some(upper) = self.bounds.as_ref().and_then(|b| b.upper.clone()) {
+            self.seek_below(&upper)?;
+            return Ok(self.within_bounds());
+        }
         self.cell_mut()
             .with_dependent_mut(|_, it| it.seek_to_last());
-        self.status()
+        self.status()?;
+        Ok(self.within_bounds())
     }
 
     fn raw_next(&mut self) -> Result<bool> {
@@ -1271,7 +1359,8 @@ impl RocksIterator {
             return Ok(false);
         }
         self.cell_mut().with_dependent_mut(|_, it| it.next());
-        self.status()
+        self.status()?;
+        Ok(self.within_bounds())
     }
 
     fn raw_prev(&mut self) -> Result<bool> {
@@ -1279,7 +1368,20 @@ impl RocksIterator {
             return Ok(false);
         }
         self.cell_mut().with_dependent_mut(|_, it| it.prev());
-        self.status()
+        self.status()?;
+        Ok(self.within_bounds())
+    }
+
+    /// Marks the cursor invalid if it rests outside the bounds it applies
+    /// itself; returns whether it is valid.
+    fn within_bounds(&mut self) -> bool {
+        if let (true, Some(bounds)) = (self.valid, &self.bounds) {
+            let key = self.raw_key();
+            let below = bounds.lower.as_ref().is_some_and(|l| key < l.as_slice());
+            let above = bounds.upper.as_ref().is_some_and(|u| key >= u.as_slice());
+            self.valid = !(below || above);
+        }
+        self.valid
     }
 
     fn raw_valid(&self) -> Result<bool> {

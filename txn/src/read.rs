@@ -177,7 +177,17 @@ pub fn scan<E: Engine>(
     // Only where the memory locks were checked (SI): an RcCheckTs scan
     // skips them, and so must read the lock CF.
     let no_locks = options.isolation_level == IsolationLevel::Si && engine.holds_no_locks();
-    let mut scanner = ScannerBuilder::new(engine.snapshot(), request.ts)
+    // Without locks to read, the write-CF cursor may see any moment after
+    // that check, as a snapshot taken then would: it reads the latest
+    // data, with no snapshot to pin (and on RocksDB a pooled cursor).
+    // Otherwise the lock and write cursors must see one moment, or a lock
+    // read late could miss a commit that the earlier write cursor missed.
+    let snapshot = if no_locks {
+        engine.latest()
+    } else {
+        engine.snapshot()
+    };
+    let mut scanner = ScannerBuilder::new(snapshot, request.ts)
         .skip_lock_cf(no_locks)
         .range(lower, upper)
         .reverse(request.reverse)

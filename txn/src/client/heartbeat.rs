@@ -31,15 +31,18 @@ pub(crate) struct HeartBeats {
 /// ones seldom meet on a mutex.
 const SHARDS: usize = 16;
 
+/// Primary keys, by start_ts.
+type Primaries = HashMap<TimeStamp, Vec<u8>>;
+
 struct Shared {
-    primaries: Box<[CachePadded<Mutex<HashMap<TimeStamp, Vec<u8>>>>]>,
+    primaries: Box<[CachePadded<Mutex<Primaries>>]>,
     /// Set when the client goes; the thread waits on it between rounds.
     stop: Mutex<bool>,
     wake: Condvar,
 }
 
 impl Shared {
-    fn shard(&self, start_ts: TimeStamp) -> &Mutex<HashMap<TimeStamp, Vec<u8>>> {
+    fn shard(&self, start_ts: TimeStamp) -> &Mutex<Primaries> {
         &self.primaries[start_ts.into_inner() as usize % SHARDS]
     }
 }

@@ -276,7 +276,9 @@ impl<E: Engine> PessimisticTransaction<E> {
                 return Err(e);
             }
         };
-        client.heartbeats.keep_alive(self.start_ts(), primary.to_vec());
+        client
+            .heartbeats
+            .keep_alive(self.start_ts(), primary.to_vec());
         Ok(value)
     }
 
@@ -343,7 +345,10 @@ impl<E: Engine> PessimisticTransaction<E> {
         want_values: bool,
         should_not_exist: bool,
     ) -> AcquirePessimisticLock {
-        let primary = self.primary.as_deref().expect("the primary is chosen first");
+        let primary = self
+            .primary
+            .as_deref()
+            .expect("the primary is chosen first");
         let mut request = AcquirePessimisticLock::new(
             keys.iter().map(|k| key(k)).collect(),
             primary,

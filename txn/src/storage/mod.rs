@@ -777,7 +777,6 @@ fn process_write<C: WriteCommand, E: Engine>(
     }
 }
 
-
 /// A lock request's answer, or `None` where it met another transaction's
 /// lock and may wait for it.
 fn lock_answer<T>(answer: Result<T>) -> Option<Result<T>> {

@@ -293,6 +293,10 @@ struct ScannerCore<S: Snapshot> {
     last_chunk: usize,
 }
 
+/// Arena bytes reserved per key a chunk visits: a short key and an
+/// inlined value. Longer rows grow the arena as they come.
+const ARENA_BYTES_PER_KEY: usize = 128;
+
 impl<S: Snapshot> ScannerCore<S> {
     fn new(snapshot: S, config: ScanConfig) -> Result<Self> {
         let mut options = IterOptions::new().fill_cache(config.fill_cache);
@@ -371,6 +375,10 @@ impl<S: Snapshot> ScannerCore<S> {
         }
         self.arena.clear();
         let wanted = self.chunk_keys();
+        // Room for a chunk of short rows at once, rather than a dozen
+        // doublings from empty on a scan's first chunk.
+        self.arena
+            .reserve(wanted.saturating_mul(ARENA_BYTES_PER_KEY));
         let mut chunk = std::mem::take(&mut self.chunk);
         chunk.clear();
         let mut failure = self.read_chunk(&mut chunk, wanted);
