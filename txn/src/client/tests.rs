@@ -614,6 +614,74 @@ fn faulty_client(
     (Client::new(cluster, oracle, config), engine, dir)
 }
 
+/// The regions of a cluster share one engine: a commit run on the
+/// caller's thread writes all its regions' prewrites in one engine write,
+/// and all their commit records in another (async commit: 2 writes for 3
+/// regions, not 6; 2PC: the primary's commit on its own, then the
+/// secondaries' together). Each region still answers for its own keys: a
+/// lock in one region holds back that region's prewrite, which is resolved
+/// and sent again, and the commit goes through.
+#[test]
+fn a_commit_across_regions_writes_each_phase_once() {
+    use percolate_engine::Durability;
+    for (async_commit, writes) in [(true, 2), (false, 3)] {
+        let config = ClientConfig {
+            async_commit,
+            ..Default::default()
+        };
+        let (client, engine, _dir) = faulty_client(Durability::Buffered, config);
+        let before = engine.writes();
+        let mut txn = client.begin().unwrap();
+        for k in ["a", "b", "h", "i", "q"] {
+            txn.put(k.as_bytes(), k.as_bytes());
+        }
+        let info = txn.commit().unwrap();
+        assert_eq!(
+            engine.writes() - before,
+            writes,
+            "async commit: {async_commit}"
+        );
+        let expected = if async_commit {
+            CommitProtocol::AsyncCommit
+        } else {
+            CommitProtocol::TwoPc
+        };
+        assert_eq!(info.protocol, expected);
+        for k in ["a", "b", "h", "i", "q"] {
+            assert_eq!(
+                client.get_latest(k.as_bytes()).unwrap(),
+                Some(k.as_bytes().to_vec())
+            );
+        }
+    }
+    // An expired lock in the middle region: that region's prewrite meets
+    // it, the others' are written meanwhile; it is resolved, that prewrite
+    // sent again, and the commit completes.
+    let (client, _engine, _dir) = faulty_client(Durability::Buffered, ClientConfig::default());
+    let region = client.cluster().region_for(b"h").storage();
+    let start_ts = client.oracle().get_ts().unwrap();
+    let stale = Prewrite::new(
+        vec![Mutation::put(Key::from_raw(b"h"), b"stale".to_vec())],
+        b"h".to_vec(),
+        start_ts,
+    )
+    .lock_ttl(1);
+    region.write(stale).unwrap();
+    // Expired by the time the commit meets it: resolved, not given way to.
+    std::thread::sleep(Duration::from_millis(10));
+    let mut txn = client.begin().unwrap();
+    for k in ["a", "h", "q"] {
+        txn.put(k.as_bytes(), b"new".to_vec());
+    }
+    txn.commit().unwrap();
+    for k in ["a", "h", "q"] {
+        assert_eq!(
+            client.get_latest(k.as_bytes()).unwrap(),
+            Some(b"new".to_vec())
+        );
+    }
+}
+
 /// A commit's own durability overrides the regions': `commit_with(sync)`
 /// writes every command of the commit synced on buffered regions (1PC,
 /// async commit and 2PC alike, secondaries included), `buffered()` none on

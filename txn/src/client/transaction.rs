@@ -18,7 +18,7 @@ use crate::fail;
 use crate::metrics::ProtocolKind;
 use crate::read::ReadOptions;
 use crate::scheduler::Pending;
-use crate::storage::CommandOptions;
+use crate::storage::{CommandOptions, Storage};
 use crate::{Error, Result};
 
 /// A buffered write.
@@ -609,16 +609,40 @@ impl<'a, E: Engine> Committer<'a, E> {
     /// primary, when 2PC committed it first), region by region, after the
     /// commit point.
     fn commit_secondaries(&self, commit_ts: TimeStamp, committed: Option<&Key>) -> Result<()> {
-        for (region, keys) in &self.keys_by_region {
-            let keys: Vec<Key> = keys
-                .iter()
-                .filter(|k| Some(*k) != committed)
-                .cloned()
+        let by_region: Vec<(usize, Vec<Key>)> = self
+            .keys_by_region
+            .iter()
+            .map(|(region, keys)| {
+                let keys = keys.iter().filter(|k| Some(*k) != committed).cloned();
+                (*region, keys.collect::<Vec<Key>>())
+            })
+            .filter(|(_, keys)| !keys.is_empty())
+            .collect();
+        // Inline, the regions' commits go as one engine write (unless the
+        // fail point must be able to stop the client between them).
+        if by_region.len() > 1
+            && self.client.config.secondary_commits == SecondaryCommits::Inline
+            && !fail::is_armed(fail::CLIENT_COMMIT_SECONDARIES)
+        {
+            let regions = self.client.cluster.regions();
+            let parts = by_region
+                .into_iter()
+                .map(|(region, keys)| {
+                    let commit = Commit {
+                        keys,
+                        start_ts: self.start_ts,
+                        commit_ts,
+                    };
+                    (regions[region].storage(), commit)
+                })
                 .collect();
-            if !keys.is_empty() {
-                self.commit_after_commit_point(*region, keys, commit_ts);
-                fail::check(fail::CLIENT_COMMIT_SECONDARIES)?;
-            }
+            // A failure only leaves locks, which readers resolve.
+            let _ = Storage::write_joint(parts, self.command_options());
+            return Ok(());
+        }
+        for (region, keys) in by_region {
+            self.commit_after_commit_point(region, keys, commit_ts);
+            fail::check(fail::CLIENT_COMMIT_SECONDARIES)?;
         }
         Ok(())
     }
@@ -714,6 +738,26 @@ impl<'a, E: Engine> Committer<'a, E> {
     /// runs them all.
     fn send_prewrites(&self, indexes: Vec<usize>) -> Vec<(usize, Pending<PrewriteResult>)> {
         let parallel = self.prewrites_in_parallel();
+        if !parallel && indexes.len() > 1 {
+            // All on this thread: as one engine write.
+            let regions = self.client.cluster.regions();
+            let parts = indexes
+                .iter()
+                .map(|&i| {
+                    let batch = &self.batches[i];
+                    (
+                        regions[batch.region].storage(),
+                        self.prewrite_command(batch),
+                    )
+                })
+                .collect();
+            let answers = Storage::write_joint(parts, self.command_options());
+            return indexes
+                .into_iter()
+                .zip(answers)
+                .map(|(i, answer)| (i, Pending::ready(answer)))
+                .collect();
+        }
         let last = indexes.last().copied();
         indexes
             .into_iter()

@@ -362,6 +362,64 @@ impl<E: Engine> Scheduler<E> {
         written.and(output)
     }
 
+    /// Runs one write job on each of several schedulers over **one
+    /// engine** (the regions of one cluster), on the calling thread, and
+    /// writes what they produce in one engine write: each job under its own
+    /// scheduler's latches, processed with its own concurrency manager,
+    /// answered with its own outcome, as if run by
+    /// [`run_inline`](Self::run_inline) one after another, but with one
+    /// write instead of one per scheduler. The write is synced if any job's
+    /// would be.
+    ///
+    /// Runs nothing, and returns the jobs, when a scheduler is too busy or
+    /// a latch is taken: the caller runs them one by one instead (waiting
+    /// for latches there, where no other latch is held). Latches are taken
+    /// in `parts` order without waiting, so joint runs never wait for each
+    /// other.
+    pub(crate) fn run_joint<T, F>(parts: Vec<(&Self, &[Key], F)>) -> std::result::Result<Vec<Result<T>>, Vec<F>>
+    where
+        F: for<'a> FnOnce(JobInput<'a, E>) -> (Finish, Result<T>),
+    {
+        let mut held: Vec<(&Arc<Inner<E>>, CommandId, latches::Lock)> = Vec::new();
+        for (scheduler, keys, _) in &parts {
+            let inner = &scheduler.inner;
+            let taken = inner.admit().is_ok() && {
+                let cid = inner.next_cid.fetch_add(1, Ordering::Relaxed);
+                let mut lock = inner.latches.gen_lock(keys.iter().map(Key::as_encoded));
+                let acquired = inner.latches.acquire(&mut lock, cid);
+                held.push((inner, cid, lock));
+                acquired
+            };
+            if !taken {
+                for (inner, cid, lock) in held {
+                    inner.release(cid, &lock);
+                }
+                return Err(parts.into_iter().map(|(_, _, job)| job).collect());
+            }
+        }
+        let mut runs = Vec::with_capacity(parts.len());
+        for ((_, _, job), (inner, ..)) in parts.into_iter().zip(&held) {
+            runs.push(match inner.run_job(None, job) {
+                Some(((finish, output), Ok(()))) => (finish, output),
+                Some(((_, _), Err(e))) => (Finish::default(), Err(e)),
+                None => (
+                    Finish::default(),
+                    Err(Error::Aborted {
+                        reason: "the command panicked",
+                    }),
+                ),
+            });
+        }
+        let (written, finishes) = write_jointly(held[0].0, runs.iter_mut().map(|(f, _)| f));
+        let mut answers = Vec::with_capacity(held.len());
+        for ((inner, cid, lock), ((_, output), finish)) in held.into_iter().zip(runs.into_iter().zip(finishes)) {
+            let written = written.clone().map_err(Error::Engine);
+            inner.complete(cid, &lock, finish, &written);
+            answers.push(written.and(output));
+        }
+        Ok(answers)
+    }
+
     /// Starts bringing into the CPU's caches what a write command on `key`
     /// will touch in the scheduler and the engine (see
     /// [`percolate_engine::mem`]).
@@ -391,6 +449,51 @@ impl<E: Engine> Scheduler<E> {
         }));
         Ok(())
     }
+}
+
+/// Writes the batches of `finishes` (processed over `inner`'s engine) in
+/// one engine write, synced if any would be, and hands each back its own
+/// batch. An empty combination writes nothing.
+fn write_jointly<'f, E: Engine>(
+    inner: &Inner<E>,
+    finishes: impl Iterator<Item = &'f mut Finish>,
+) -> (std::result::Result<(), Arc<percolate_engine::Error>>, Vec<Finish>) {
+    let mut taken: Vec<Finish> = finishes.map(std::mem::take).collect();
+    let mut sync = false;
+    let mut combined = WriteBatch::new();
+    let mut lengths = Vec::with_capacity(taken.len());
+    for finish in &mut taken {
+        if !finish.batch.is_empty() {
+            let durability = finish
+                .durability
+                .unwrap_or(inner.write_options.durability);
+            sync |= durability == Durability::Sync;
+        }
+        let batch = std::mem::take(&mut finish.batch);
+        lengths.push(batch.len());
+        combined.extend(batch.into_modifies());
+    }
+    let written = if combined.is_empty() {
+        Ok(())
+    } else {
+        let durability = if sync {
+            Durability::Sync
+        } else {
+            Durability::Buffered
+        };
+        inner
+            .engine
+            .write(&combined, WriteOptions { durability })
+            .map_err(Arc::new)
+    };
+    // Each part's own modifications back, for what follows its write.
+    let mut rest = combined.into_modifies().into_iter();
+    for (finish, len) in taken.iter_mut().zip(lengths) {
+        let mut batch = WriteBatch::new();
+        batch.extend(rest.by_ref().take(len));
+        finish.batch = batch;
+    }
+    (written, taken)
 }
 
 /// The reply of a command run for a caller that waits on a [`Pending`]:

@@ -321,6 +321,60 @@ impl<E: Engine> Storage<E> {
         answer
     }
 
+    /// Runs one write command on each of several storages that share
+    /// **one engine** (regions of one [`Cluster`](crate::cluster::Cluster)),
+    /// on the calling thread, with one engine write for all of them: each
+    /// command under its own region's latches and checks, answered as
+    /// [`write_with`](Self::write_with) would answer it. Where a latch is
+    /// taken (or a region is too busy), each runs through `write_with`
+    /// instead, one after another.
+    pub(crate) fn write_joint<C: WriteCommand>(
+        parts: Vec<(&Self, C)>,
+        options: CommandOptions,
+    ) -> Vec<Result<C::Output>> {
+        let keys: Vec<Vec<Key>> = parts.iter().map(|(_, cmd)| cmd.latch_keys()).collect();
+        let checked = parts
+            .iter()
+            .zip(&keys)
+            .all(|((storage, cmd), keys)| storage.check_write(cmd, keys).is_ok());
+        if !checked || parts.len() < 2 {
+            return parts
+                .into_iter()
+                .map(|(storage, cmd)| storage.write_with(cmd, options))
+                .collect();
+        }
+        let start = parts[0].0.metrics.start();
+        let durability = options.durability;
+        let storages: Vec<&Self> = parts.iter().map(|(storage, _)| *storage).collect();
+        let jobs = parts
+            .into_iter()
+            .zip(&keys)
+            .map(|((storage, cmd), keys)| {
+                let job = move |input: JobInput<'_, E>| process_write(cmd, durability, input);
+                (&storage.scheduler, keys.as_slice(), job)
+            })
+            .collect();
+        let answers = match Scheduler::run_joint(jobs) {
+            Ok(answers) => answers,
+            Err(jobs) => storages
+                .iter()
+                .zip(&keys)
+                .zip(jobs)
+                .map(|((storage, keys), job)| {
+                    storage
+                        .scheduler
+                        .run_inline(keys, options.wait_limit(), job)
+                })
+                .collect(),
+        };
+        for (storage, answer) in storages.iter().zip(&answers) {
+            if !matches!(answer, Err(Error::SchedTooBusy { .. })) {
+                storage.metrics.command(C::KIND, start, answer.is_ok());
+            }
+        }
+        answers
+    }
+
     /// Starts bringing into the CPU's caches what a write command on
     /// `keys` will touch (its latches, memory locks, version hints and the
     /// engine's bookkeeping), so that their cache misses overlap each other
