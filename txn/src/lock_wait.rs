@@ -97,7 +97,6 @@ struct Inner {
     /// there are some.
     watchers: AtomicUsize,
     state: Mutex<State>,
-    woken: Condvar,
     wake_up_delay: Duration,
 }
 
@@ -117,6 +116,10 @@ struct Watched {
     /// Tickets watching it; the entry goes when the last one does.
     tickets: usize,
     waiters: Vec<Waiter>,
+    /// What its waiters sleep on (with the state's mutex), so that a
+    /// release wakes the waiters of its keys, not every waiter. Shared:
+    /// the entry moves when the table grows.
+    wake: Arc<Condvar>,
 }
 
 struct Waiter {
@@ -180,7 +183,6 @@ impl LockWaits {
             inner: Arc::new(Inner {
                 watchers: AtomicUsize::new(0),
                 state: Mutex::new(State::default()),
-                woken: Condvar::new(),
                 wake_up_delay,
             }),
         }
@@ -225,12 +227,15 @@ impl LockWaits {
         let now = Instant::now();
         let later = now + self.inner.wake_up_delay;
         let mut state = self.inner.state.lock();
-        let mut woke = false;
+        let mut woken: Vec<Arc<Condvar>> = Vec::new();
         for hash in hashes {
             let Some(watched) = state.keys.get_mut(hash) else {
                 continue;
             };
             watched.releases += 1;
+            if !watched.waiters.is_empty() {
+                woken.push(watched.wake.clone());
+            }
             let oldest = watched.waiters.iter().map(|w| w.start_ts).min();
             for waiter in &mut watched.waiters {
                 let at = if Some(waiter.start_ts) == oldest {
@@ -239,12 +244,11 @@ impl LockWaits {
                     later
                 };
                 waiter.wake_at = Some(waiter.wake_at.map_or(at, |before| before.min(at)));
-                woke = true;
             }
         }
         drop(state);
-        if woke {
-            self.inner.woken.notify_all();
+        for wake in woken {
+            wake.notify_all();
         }
     }
 
@@ -330,7 +334,8 @@ impl LockWaits {
                 return WaitOutcome::TimedOut;
             }
             let until = wake_at.map_or(deadline, |at| at.min(deadline));
-            self.inner.woken.wait_until(state, until);
+            let wake = state.keys[&hash].wake.clone();
+            wake.wait_until(state, until);
         }
     }
 

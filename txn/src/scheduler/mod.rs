@@ -160,7 +160,6 @@ struct Inner<E> {
     /// as are the shards: commands from many threads at once would
     /// otherwise take the lines the others read their fields from.
     tasks: Vec<TaskShard<E>>,
-    next_cid: CachePadded<AtomicU64>,
     /// Write commands that waited for a latch.
     latch_waits: CachePadded<AtomicU64>,
     in_flight: CachePadded<AtomicUsize>,
@@ -220,7 +219,6 @@ impl<E: Engine> Scheduler<E> {
             cm,
             latches: Latches::new(config.latch_slots),
             tasks: (0..TASK_SHARDS).map(|_| CachePadded::default()).collect(),
-            next_cid: CachePadded::new(AtomicU64::new(1)),
             latch_waits: CachePadded::default(),
             in_flight: CachePadded::default(),
             max_pending: config.max_pending.max(1),
@@ -287,7 +285,7 @@ impl<E: Engine> Scheduler<E> {
         job: Job<E>,
     ) -> Result<()> {
         self.inner.admit()?;
-        let cid = self.inner.next_cid.fetch_add(1, Ordering::Relaxed);
+        let cid = next_cid();
         let task = Task {
             lock: self
                 .inner
@@ -323,7 +321,7 @@ impl<E: Engine> Scheduler<E> {
     {
         let inner = &self.inner;
         inner.admit()?;
-        let cid = inner.next_cid.fetch_add(1, Ordering::Relaxed);
+        let cid = next_cid();
         let mut lock = inner.latches.gen_lock(keys.iter().map(Key::as_encoded));
         {
             // Latches are acquired under the shard's mutex (see `tasks`);
@@ -384,7 +382,7 @@ impl<E: Engine> Scheduler<E> {
         for (scheduler, keys, _) in &parts {
             let inner = &scheduler.inner;
             let taken = inner.admit().is_ok() && {
-                let cid = inner.next_cid.fetch_add(1, Ordering::Relaxed);
+                let cid = next_cid();
                 let mut lock = inner.latches.gen_lock(keys.iter().map(Key::as_encoded));
                 let acquired = inner.latches.acquire(&mut lock, cid);
                 held.push((inner, cid, lock));
@@ -509,6 +507,26 @@ impl Drop for CountDown<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// A command id no other command in the process holds: the calling
+/// thread's number in the top 24 bits and its own count below, so that
+/// threads submitting at once share no counter.
+fn next_cid() -> CommandId {
+    use std::cell::Cell;
+    const COUNT_BITS: u32 = 40;
+    static THREADS: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        static NEXT: Cell<(u64, u64)> = const { Cell::new((u64::MAX, 0)) };
+    }
+    NEXT.with(|next| {
+        let (mut thread, count) = next.get();
+        if thread == u64::MAX {
+            thread = THREADS.fetch_add(1, Ordering::Relaxed) & ((1 << (64 - COUNT_BITS)) - 1);
+        }
+        next.set((thread, count.wrapping_add(1) & ((1 << COUNT_BITS) - 1)));
+        (thread << COUNT_BITS) | count
+    })
 }
 
 fn shard(cid: CommandId) -> usize {
