@@ -295,6 +295,7 @@ impl<E: Engine> PessimisticTransaction<E> {
         let storage = client.cluster.region_for(keys[0]).storage();
         let deadline = Deadline::after(client.config.resolve_timeout);
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
+        let mut conflicts = 0u32;
         loop {
             // A fresh for_update_ts per attempt: the newest committed data
             // is what the locked keys are read at.
@@ -312,7 +313,10 @@ impl<E: Engine> PessimisticTransaction<E> {
                         })
                         .collect());
                 }
-                // A commit newer than the for_update_ts: again, above it.
+                // A commit newer than the for_update_ts: again at once,
+                // above it (the usual end of a wait for a lock whose owner
+                // then committed). Only a key that keeps being committed
+                // under the request backs off.
                 Err(
                     e @ Error::Mvcc(percolate_mvcc::Error::WriteConflict {
                         reason: WriteConflictReason::PessimisticRetry,
@@ -320,7 +324,10 @@ impl<E: Engine> PessimisticTransaction<E> {
                     }),
                 ) => {
                     deadline.check_conflict(e)?;
-                    backoff.sleep();
+                    conflicts += 1;
+                    if conflicts > IMMEDIATE_RETRIES {
+                        backoff.sleep();
+                    }
                 }
                 Err(e) => {
                     let lock = into_lock(e)?;
@@ -400,6 +407,10 @@ impl<E: Engine> PessimisticTransaction<E> {
         }
     }
 }
+
+/// Write conflicts a lock request retries at once, each with a fresh
+/// for_update_ts, before it backs off between retries.
+const IMMEDIATE_RETRIES: u32 = 4;
 
 /// `keys` grouped by region, in the order given within each: one lock
 /// request per region.
