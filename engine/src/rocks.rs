@@ -739,10 +739,11 @@ impl Engine for RocksEngine {
     }
 
     /// No RocksDB snapshot: gets read the latest data, and write-CF cursors
-    /// in prefix mode come from a pool and are refreshed to the latest data
-    /// (RocksDB's `Iterator::Refresh`, which only moves the read sequence
-    /// number while no flush or compaction has changed the files) instead of
-    /// being built anew for each point read.
+    /// (point-read cursors in prefix mode, and total-order scan cursors,
+    /// which apply their bounds themselves) come from a pool and are
+    /// refreshed to the latest data (RocksDB's `Iterator::Refresh`, which
+    /// only moves the read sequence number while no flush or compaction has
+    /// changed the files) instead of being built anew for each read.
     fn latest(&self) -> RocksSnapshot {
         RocksSnapshot {
             view: View::Latest(self.latest[thread_slot() % self.latest.len()].clone()),
@@ -996,6 +997,26 @@ fn pooled_kind(cf: Cf, options: &IterOptions) -> Option<PooledKind> {
     }
 }
 
+/// A cursor of `kind` for a latest view: an idle one from the pool,
+/// refreshed, or a new one. Built without bounds: the iterator applies
+/// `options`' bounds itself.
+fn pooled_cell(
+    latest: &LatestView,
+    kind: PooledKind,
+    cf: Cf,
+    options: &IterOptions,
+) -> Result<IterCell> {
+    let mut unbounded = options.clone();
+    (unbounded.lower_bound, unbounded.upper_bound) = (None, None);
+    if let Some(mut cell) = latest.cursors.take(kind) {
+        if cell.with_dependent_mut(|_, it| it.refresh()).is_ok() {
+            return Ok(cell);
+        }
+        // Build a new one instead.
+    }
+    IterCell::open(IterSource::Latest(latest.inner.clone()), cf, &unbounded)
+}
+
 /// The kinds of cursor a [`CursorPool`] keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PooledKind {
@@ -1044,21 +1065,8 @@ impl Snapshot for RocksSnapshot {
                 None,
             ),
             View::Latest(latest) if let Some(kind) = pooled => {
-                let (inner, pool) = (&latest.inner, &latest.cursors);
-                // Built without bounds: the iterator applies them.
-                let mut unbounded = options.clone();
-                (unbounded.lower_bound, unbounded.upper_bound) = (None, None);
-                let cell = match pool.take(kind) {
-                    Some(mut cell) => match cell.with_dependent_mut(|_, it| it.refresh()) {
-                        Ok(()) => cell,
-                        // Build a new one instead.
-                        Err(_) => {
-                            IterCell::open(IterSource::Latest(inner.clone()), cf, &unbounded)?
-                        }
-                    },
-                    None => IterCell::open(IterSource::Latest(inner.clone()), cf, &unbounded)?,
-                };
-                (cell, Some((pool.clone(), kind)))
+                let cell = pooled_cell(latest, kind, cf, &options)?;
+                (cell, Some((latest.cursors.clone(), kind)))
             }
             View::Latest(latest) => (
                 IterCell::open(IterSource::Latest(latest.inner.clone()), cf, &options)?,

@@ -126,7 +126,9 @@ impl<S: Snapshot> ScannerBuilder<S> {
     /// commits above the read ts (a 2PC commit_ts comes from the oracle
     /// after its prewrite answers; an async-commit or 1PC prewrite that had
     /// not yet put its keys in the memory-lock table reads a max_ts at
-    /// least the read ts). Defaults to false.
+    /// least the read ts). For the same reason such a scanner may read a
+    /// latest view (`Engine::latest`) rather than a snapshot: its write
+    /// cursor sees a moment after the check. Defaults to false.
     pub fn skip_lock_cf(mut self, skip: bool) -> Self {
         self.config.skip_lock_cf = skip;
         self
