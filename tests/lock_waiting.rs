@@ -157,6 +157,41 @@ fn a_waiter_woken_by_a_commit<E: Engine>(Bare(engine): Bare<E>) {
     }
 }
 
+/// A waiter allowed to lock with conflict, woken by a commit above its
+/// for_update_ts, takes the lock in the same request, at the commit's ts,
+/// with the committed value; a request of several keys may not ask for it.
+fn a_waiter_woken_by_a_commit_locks_with_conflict<E: Engine>(Bare(engine): Bare<E>) {
+    let s = storage(engine);
+    must_lock(&s, b"k", 10);
+    thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            s.acquire_pessimistic_lock(lock_request(b"k", 20, 20, LONG).allow_lock_with_conflict())
+        });
+        until_waiting(&s, 1);
+        commit_pessimistic(&s, b"k", 10, 30);
+        assert_eq!(
+            waiter.join().unwrap().unwrap(),
+            vec![PessimisticLockKeyResult::LockedWithConflict {
+                value: Some(b"v".to_vec()),
+                conflict_ts: ts(30),
+            }]
+        );
+    });
+    let lock = lock_on(&s, b"k").unwrap();
+    assert_eq!((lock.ts, lock.for_update_ts), (ts(20), ts(30)));
+    assert!(lock.is_locked_with_conflict);
+    assert!(edges(&s).is_empty());
+
+    let two =
+        AcquirePessimisticLock::new(vec![key(b"x"), key(b"y")], b"x".to_vec(), ts(40), ts(40))
+            .allow_lock_with_conflict();
+    assert!(matches!(
+        s.acquire_pessimistic_lock(two),
+        Err(Error::InvalidRequest { .. })
+    ));
+    assert!(lock_on(&s, b"x").is_none());
+}
+
 /// Without a release the wait ends at its timeout, with the lock it met;
 /// a request without a timeout does not wait at all.
 fn a_wait_times_out_with_the_lock<E: Engine>(Bare(engine): Bare<E>) {
@@ -378,6 +413,7 @@ on_both_engines!(
     Bare;
     a_waiter_takes_the_lock_once_it_is_released,
     a_waiter_woken_by_a_commit,
+    a_waiter_woken_by_a_commit_locks_with_conflict,
     a_wait_times_out_with_the_lock,
     a_two_party_deadlock_is_detected,
     a_three_party_deadlock_is_detected,

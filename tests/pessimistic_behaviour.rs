@@ -233,6 +233,94 @@ fn d2_newer_commit_than_for_update_ts<E: Engine>(f: TxnFixture<E>) {
     f.must_get(b"k", 10, b"v8");
 }
 
+/// D2 with `allow_lock_with_conflict` (TiKV's fair locking): the newer
+/// commit is locked over at its commit_ts, the lock flagged, and the value
+/// there answered whatever was asked; the transaction commits above it.
+fn d2_lock_with_conflict<E: Engine>(f: TxnFixture<E>) {
+    f.must_put_committed(b"k", b"v7", 7, 9);
+    let allowed = options_with(b"k", 8, |o| o.allow_lock_with_conflict = true);
+    let locked = f
+        .acquire_pessimistic_lock(b"k", 8, false, &allowed)
+        .unwrap();
+    assert_eq!(
+        locked,
+        PessimisticLockKeyResult::LockedWithConflict {
+            value: Some(b"v7".to_vec()),
+            conflict_ts: ts(9),
+        }
+    );
+    let lock = f.must_locked(b"k", 8);
+    assert!(lock.is_pessimistic_lock() && lock.is_locked_with_conflict);
+    assert_eq!(lock.for_update_ts, ts(9));
+    // The same request again (its answer lost) answers the same, writing
+    // nothing.
+    let again = f
+        .assert_unchanged(|| f.acquire_pessimistic_lock(b"k", 8, false, &allowed))
+        .unwrap();
+    assert_eq!(again, locked);
+    // A later request above the conflict raises the lock, unflagged.
+    let later = options_with(b"k", 12, |o| o.allow_lock_with_conflict = true);
+    assert_eq!(
+        f.acquire_pessimistic_lock(b"k", 8, false, &later).unwrap(),
+        PessimisticLockKeyResult::Empty
+    );
+    let lock = f.must_locked(b"k", 8);
+    assert!(!lock.is_locked_with_conflict);
+    assert_eq!(lock.for_update_ts, ts(12));
+    f.must_pessimistic_prewrite_put(b"k", b"v8", b"k", 8, 12);
+    f.must_commit(b"k", 8, 13);
+    f.must_get(b"k", 13, b"v8");
+    f.must_get(b"k", 12, b"v7");
+}
+
+/// Locking with conflict keeps the other checks: the transaction's own
+/// rollback still refuses the lock, an insert's constraint is left to the
+/// caller (the value is answered), and `lock_only_if_exists` locks nothing
+/// when the newest commit is a Delete. A request of several keys may not
+/// lock with conflict.
+fn d2_lock_with_conflict_and_the_other_checks<E: Engine>(f: TxnFixture<E>) {
+    f.must_rollback(b"r", 18);
+    f.must_put_committed(b"r", b"v", 19, 20);
+    let allowed =
+        |for_update_ts| options_with(b"r", for_update_ts, |o| o.allow_lock_with_conflict = true);
+    let err = f
+        .assert_unchanged(|| f.acquire_pessimistic_lock(b"r", 18, false, &allowed(18)))
+        .unwrap_err();
+    assert_rolled_back(&err, b"r", 18);
+
+    f.must_put_committed(b"i", b"there", 5, 6);
+    let inserted = f
+        .acquire_pessimistic_lock(b"i", 4, true, &allowed(4))
+        .unwrap();
+    assert_eq!(
+        inserted,
+        PessimisticLockKeyResult::LockedWithConflict {
+            value: Some(b"there".to_vec()),
+            conflict_ts: ts(6),
+        }
+    );
+    assert!(f.must_locked(b"i", 4).is_locked_with_conflict);
+
+    f.must_put_committed(b"d", b"v", 1, 2);
+    f.must_prewrite_delete(b"d", b"d", 3);
+    f.must_commit(b"d", 3, 4);
+    let only_if_exists = options_with(b"d", 2, |o| {
+        o.allow_lock_with_conflict = true;
+        o.lock_only_if_exists = true;
+        o.return_value = true;
+    });
+    let deleted = f
+        .assert_unchanged(|| f.acquire_pessimistic_lock(b"d", 2, false, &only_if_exists))
+        .unwrap();
+    assert_eq!(
+        deleted,
+        PessimisticLockKeyResult::LockedWithConflict {
+            value: None,
+            conflict_ts: ts(4),
+        }
+    );
+}
+
 /// D4: the transaction's own rollback refuses the lock, even below newer
 /// versions.
 fn d4_own_rollback_refuses_the_lock<E: Engine>(f: TxnFixture<E>) {
@@ -779,6 +867,8 @@ on_both_engines!(
     TxnFixture;
     d1_acquire_repeat_and_raise_for_update_ts,
     d2_newer_commit_than_for_update_ts,
+    d2_lock_with_conflict,
+    d2_lock_with_conflict_and_the_other_checks,
     d4_own_rollback_refuses_the_lock,
     d5_overlapped_rollback_at_start_ts,
     d7_lock_only_if_exists,

@@ -12,6 +12,14 @@
 //! `PessimisticRetry` write conflict when a commit newer than
 //! `for_update_ts` exists, and the client retries the statement with a new
 //! `for_update_ts` instead of the whole transaction.
+//!
+//! With `allow_lock_with_conflict` (TiKV's "fair locking") such a request
+//! locks the key anyway, at the newer commit's ts, and answers
+//! [`PessimisticLockKeyResult::LockedWithConflict`] with the value there: the
+//! client reads the newest data under its lock in the same request instead
+//! of a second one, the usual end of a wait for a lock whose owner then
+//! committed. The lock is flagged `is_locked_with_conflict` until a later
+//! request of the transaction raises it without a conflict.
 
 use percolate_engine::Snapshot;
 use percolate_mvcc::{
@@ -42,6 +50,12 @@ pub struct PessimisticLockOptions {
     pub check_existence: bool,
     /// Lock the key only if it has a value; needs `return_value`.
     pub lock_only_if_exists: bool,
+    /// Lock the key even above a commit newer than `for_update_ts`, at that
+    /// commit's ts, instead of failing with a `PessimisticRetry` write
+    /// conflict: the answer is then
+    /// [`LockedWithConflict`](PessimisticLockKeyResult::LockedWithConflict).
+    /// A request with it holds one key.
+    pub allow_lock_with_conflict: bool,
 }
 
 /// What a pessimistic lock request answers for one key.
@@ -55,11 +69,32 @@ pub enum PessimisticLockKeyResult {
     Value(Option<Vec<u8>>),
     /// Locked: whether the key has a value at `for_update_ts`.
     Existence(bool),
+    /// Locked although a commit newer than the request's `for_update_ts`
+    /// exists (only with `allow_lock_with_conflict`): the lock's
+    /// for_update_ts is `conflict_ts`, the newest commit's ts, and `value`
+    /// the key's value there, whatever the request asked to return. The
+    /// transaction reads the key at `conflict_ts`, and commits above it.
+    /// No constraint (`should_not_exist`) was checked: the caller judges
+    /// `value`. With `lock_only_if_exists` and no value, nothing was
+    /// locked.
+    LockedWithConflict {
+        /// The key's value at `conflict_ts`; `None` when it has none.
+        value: Option<Vec<u8>>,
+        /// The commit_ts of the key's newest record, above the request's
+        /// for_update_ts.
+        conflict_ts: TimeStamp,
+    },
 }
 
 impl PessimisticLockKeyResult {
-    fn new(options: &PessimisticLockOptions, value: Option<Vec<u8>>) -> Self {
-        if options.return_value {
+    fn new(
+        options: &PessimisticLockOptions,
+        value: Option<Vec<u8>>,
+        conflict_ts: Option<TimeStamp>,
+    ) -> Self {
+        if let Some(conflict_ts) = conflict_ts {
+            PessimisticLockKeyResult::LockedWithConflict { value, conflict_ts }
+        } else if options.return_value {
             PessimisticLockKeyResult::Value(value)
         } else if options.check_existence {
             PessimisticLockKeyResult::Existence(value.is_some())
@@ -77,12 +112,17 @@ impl PessimisticLockKeyResult {
 /// * another transaction's lock: `KeyIsLocked` (the caller may wait for
 ///   it); this transaction's prewrite lock: `LockTypeNotMatch`; its own
 ///   pessimistic lock: a repeated request, whose `for_update_ts` raises the
-///   lock's if larger;
+///   lock's if larger (with `allow_lock_with_conflict`, a lock already
+///   above the request's `for_update_ts` answers `LockedWithConflict` at
+///   the lock's, as a repeat of the request that locked it so);
 /// * a commit newer than `for_update_ts`: `WriteConflict` with reason
-///   `PessimisticRetry`, naming the newest record;
+///   `PessimisticRetry`, naming the newest record; with
+///   `allow_lock_with_conflict`, the key is locked at that commit's ts
+///   (`LockedWithConflict`);
 /// * the transaction's own rollback at its start_ts (a Rollback record or
 ///   a commit record marked overlapped): `PessimisticLockRolledBack`;
-/// * `should_not_exist` (an insert) and a visible value: `AlreadyExist`.
+/// * `should_not_exist` (an insert) and a visible value: `AlreadyExist`
+///   (not checked when locked with conflict).
 pub fn acquire_pessimistic_lock<S: Snapshot>(
     txn: &mut MvccTxn,
     reader: &mut MvccReader<S>,
@@ -98,13 +138,13 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
     if let Some(lock) = reader.load_lock(&key)? {
         return lock_again(txn, reader, key, lock, should_not_exist, options);
     }
-    let mut value = None;
+    let mut seen = Seen::default();
     if let Some(newest) = newest_record(reader, &key, start_ts, should_not_exist, options, hints)?
     {
-        value = check_newest_record(reader, &key, start_ts, newest, should_not_exist, options)?;
+        seen = check_newest_record(reader, &key, start_ts, newest, should_not_exist, options)?;
     }
-    if options.lock_only_if_exists && value.is_none() {
-        return Ok(PessimisticLockKeyResult::new(options, None));
+    if options.lock_only_if_exists && seen.value.is_none() {
+        return Ok(PessimisticLockKeyResult::new(options, None, seen.conflict_ts));
     }
     let mut lock = Lock::new(
         LockType::Pessimistic,
@@ -112,16 +152,33 @@ pub fn acquire_pessimistic_lock<S: Snapshot>(
         start_ts,
         super::clamp_ttl(options.lock_ttl),
     );
-    lock.for_update_ts = options.for_update_ts;
+    lock.for_update_ts = seen.conflict_ts.unwrap_or(options.for_update_ts);
     lock.min_commit_ts = options.min_commit_ts;
+    lock.is_locked_with_conflict = seen.conflict_ts.is_some();
     txn.put_lock(key, &lock);
-    Ok(PessimisticLockKeyResult::new(options, value))
+    Ok(PessimisticLockKeyResult::new(
+        options,
+        seen.value,
+        seen.conflict_ts,
+    ))
+}
+
+/// What the checks of an unlocked key found: the value asked for (always,
+/// when locked with conflict), and the ts of a newer commit locked over.
+#[derive(Default)]
+struct Seen {
+    value: Option<Vec<u8>>,
+    conflict_ts: Option<TimeStamp>,
 }
 
 /// The request meets `lock` on its key: another transaction's lock is
 /// `KeyIsLocked`, this transaction's prewrite lock `LockTypeNotMatch`, and
 /// its own pessimistic lock makes the request a repeat, whose
-/// `for_update_ts` raises the lock's if larger.
+/// `for_update_ts` raises the lock's if larger. With
+/// `allow_lock_with_conflict`, a lock above the request's `for_update_ts`
+/// is what an earlier request locking with conflict left (whose answer may
+/// have been lost): it answers the same, `LockedWithConflict` at the
+/// lock's for_update_ts.
 fn lock_again<S: Snapshot>(
     txn: &mut MvccTxn,
     reader: &mut MvccReader<S>,
@@ -131,7 +188,6 @@ fn lock_again<S: Snapshot>(
     options: &PessimisticLockOptions,
 ) -> Result<PessimisticLockKeyResult> {
     let start_ts = txn.start_ts();
-    let for_update_ts = options.for_update_ts;
     if lock.ts != start_ts {
         return Err(key_is_locked(&key, lock));
     }
@@ -143,11 +199,16 @@ fn lock_again<S: Snapshot>(
         }
         .into());
     }
-    if should_not_exist {
+    let conflict_ts = (options.allow_lock_with_conflict
+        && options.for_update_ts < lock.for_update_ts)
+        .then_some(lock.for_update_ts);
+    let for_update_ts = conflict_ts.unwrap_or(options.for_update_ts);
+    if should_not_exist && conflict_ts.is_none() {
         check_not_exists(reader, &key, for_update_ts)?;
     }
-    let value = if options.return_value || options.check_existence {
-        value_at(reader, &key, for_update_ts, options.return_value)?
+    let value = if options.return_value || options.check_existence || conflict_ts.is_some() {
+        let load = options.return_value || conflict_ts.is_some();
+        value_at(reader, &key, for_update_ts, load)?
     } else {
         None
     };
@@ -157,11 +218,12 @@ fn lock_again<S: Snapshot>(
             for_update_ts,
             ttl: super::clamp_ttl(options.lock_ttl),
             min_commit_ts: options.min_commit_ts,
+            is_locked_with_conflict: false,
             ..lock
         };
         txn.put_lock(key, &raised);
     }
-    Ok(PessimisticLockKeyResult::new(options, value))
+    Ok(PessimisticLockKeyResult::new(options, value, conflict_ts))
 }
 
 /// The key's newest record, for the checks of an unlocked key, or `None`
@@ -204,10 +266,10 @@ fn newest_record<S: Snapshot>(
 }
 
 /// Checks an unlocked key's newest record (at `commit_ts`): a commit newer
-/// than `for_update_ts` is a `PessimisticRetry` write conflict, this
-/// transaction's own rollback `PessimisticLockRolledBack`, and a visible
-/// value of an insert `AlreadyExist`. Returns the value the request asks
-/// for.
+/// than `for_update_ts` is a `PessimisticRetry` write conflict (or, with
+/// `allow_lock_with_conflict`, the ts to lock at), this transaction's own
+/// rollback `PessimisticLockRolledBack`, and a visible value of an insert
+/// `AlreadyExist`. Returns the value the request asks for.
 fn check_newest_record<S: Snapshot>(
     reader: &mut MvccReader<S>,
     key: &Key,
@@ -215,17 +277,21 @@ fn check_newest_record<S: Snapshot>(
     (commit_ts, write): (TimeStamp, Write),
     should_not_exist: bool,
     options: &PessimisticLockOptions,
-) -> Result<Option<Vec<u8>>> {
+) -> Result<Seen> {
+    let mut conflict_ts = None;
     if commit_ts > options.for_update_ts {
-        return Err(percolate_mvcc::Error::WriteConflict {
-            start_ts,
-            conflict_start_ts: write.start_ts,
-            conflict_commit_ts: commit_ts,
-            key: key.clone(),
-            primary: options.primary.clone(),
-            reason: WriteConflictReason::PessimisticRetry,
+        if !options.allow_lock_with_conflict {
+            return Err(percolate_mvcc::Error::WriteConflict {
+                start_ts,
+                conflict_start_ts: write.start_ts,
+                conflict_commit_ts: commit_ts,
+                key: key.clone(),
+                primary: options.primary.clone(),
+                reason: WriteConflictReason::PessimisticRetry,
+            }
+            .into());
         }
-        .into());
+        conflict_ts = Some(commit_ts);
     }
     if is_own_rollback(start_ts, commit_ts, &write) {
         return Err(rolled_back(start_ts, key.clone()));
@@ -238,14 +304,17 @@ fn check_newest_record<S: Snapshot>(
             }
         }
     }
-    if should_not_exist {
+    // Locked with conflict, the caller reads the value and judges it.
+    if should_not_exist && conflict_ts.is_none() {
         check_not_exists(reader, key, commit_ts)?;
     }
-    if options.return_value || options.check_existence {
-        visible_value(reader, key, start_ts, commit_ts, write, options.return_value)
+    let load = options.return_value || conflict_ts.is_some();
+    let value = if load || options.check_existence {
+        visible_value(reader, key, start_ts, commit_ts, write, load)?
     } else {
-        Ok(None)
-    }
+        None
+    };
+    Ok(Seen { value, conflict_ts })
 }
 
 /// Whether the record at `commit_ts` says the transaction `start_ts` was

@@ -23,10 +23,13 @@ use crate::{Error, Result};
 /// lock at a fresh `for_update_ts`: another transaction's lock in the way
 /// is waited for (up to [`ClientConfig::lock_wait_timeout`](super::ClientConfig::lock_wait_timeout)
 /// per round, resolved if its owner is gone), a deadlock fails at once with
-/// [`Error::Deadlock`], and a commit newer than the `for_update_ts` makes
-/// the request take a newer one and try again: the statement is retried,
-/// not the transaction. A locked key is this transaction's until it
-/// commits or rolls back, so the commit meets no write conflict on it.
+/// [`Error::Deadlock`], and a commit newer than the `for_update_ts` (the
+/// usual end of a wait) is locked over in the same request, which then
+/// reads the key at that commit (TiKV's lock with conflict; a request
+/// locking several keys of a region at once takes a newer `for_update_ts`
+/// and tries again): the statement is retried, not the transaction. A
+/// locked key is this transaction's until it commits or rolls back, so the
+/// commit meets no write conflict on it.
 ///
 /// Plain reads ([`get`](Self::get), [`scan`](Self::scan)) read the snapshot
 /// at the start_ts, as an optimistic transaction's do, and lock nothing;
@@ -305,13 +308,13 @@ impl<E: Engine> PessimisticTransaction<E> {
                 self.lock_request(client, keys, for_update_ts, want_values, should_not_exist);
             match storage.acquire_pessimistic_lock(request) {
                 Ok(results) => {
-                    return Ok(results
-                        .into_iter()
-                        .map(|result| match result {
-                            PessimisticLockKeyResult::Value(value) => value,
-                            _ => None,
-                        })
-                        .collect());
+                    return self.locked(client, results, want_values).inspect_err(|_| {
+                        // The caller keeps no record of these locks: they
+                        // go now rather than at their TTL.
+                        let keys = keys.iter().map(|k| key(k)).collect();
+                        let _ =
+                            storage.pessimistic_rollback(keys, self.start_ts(), TimeStamp::max());
+                    });
                 }
                 // A commit newer than the for_update_ts: again at once,
                 // above it (the usual end of a wait for a lock whose owner
@@ -343,6 +346,42 @@ impl<E: Engine> PessimisticTransaction<E> {
         }
     }
 
+    /// The values of a lock request that succeeded (`None` for each where
+    /// not `want_values`).
+    ///
+    /// A key locked with conflict was locked above a commit newer than the
+    /// request's for_update_ts, and its value is that commit's: the
+    /// transaction must commit above it. The commit's ts may be one past
+    /// the oracle's latest (an async-commit or 1PC commit_ts is computed,
+    /// not asked for), so the transaction's for_update_ts becomes a fresh
+    /// timestamp rather than the commit's own: a commit_ts computed from
+    /// it stays at or below the oracle's next, which every transaction
+    /// beginning after this one commits reads at. The key's value is the
+    /// same there, under the lock.
+    fn locked(
+        &mut self,
+        client: &Inner<E>,
+        results: Vec<PessimisticLockKeyResult>,
+        want_values: bool,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut values = Vec::with_capacity(results.len());
+        let mut conflicted = false;
+        for result in results {
+            values.push(match result {
+                PessimisticLockKeyResult::Value(value) => value,
+                PessimisticLockKeyResult::LockedWithConflict { value, .. } => {
+                    conflicted = true;
+                    value.filter(|_| want_values)
+                }
+                _ => None,
+            });
+        }
+        if conflicted {
+            self.for_update_ts = self.for_update_ts.max(client.oracle.get_ts()?);
+        }
+        Ok(values)
+    }
+
     /// The request locking `keys` at `for_update_ts`.
     fn lock_request(
         &self,
@@ -371,6 +410,11 @@ impl<E: Engine> PessimisticTransaction<E> {
         .wait_timeout(client.config.lock_wait_timeout);
         if want_values {
             request = request.return_values();
+        }
+        // An insert's constraint is checked at the newest commit by a retry
+        // instead (a lock with conflict leaves it unchecked).
+        if keys.len() == 1 && !should_not_exist {
+            request = request.allow_lock_with_conflict();
         }
         for (_, insert) in &mut request.keys {
             *insert = should_not_exist;

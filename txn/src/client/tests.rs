@@ -824,6 +824,49 @@ fn pessimistic_increments_of_one_key_lose_nothing_and_never_abort() {
     );
 }
 
+/// A locking read that waited for a holder who then committed locks over
+/// that commit in the same request and reads the committed value: one
+/// request after the wait, not a write conflict and a second one.
+#[test]
+fn a_locking_read_after_a_wait_locks_over_the_commit_it_waited_for() {
+    let s = client();
+    commit(&s.client, &[("k", "1")]);
+    let mut holder = s.client.begin_pessimistic().unwrap();
+    assert_eq!(holder.get_for_update(b"k").unwrap(), Some(b"1".to_vec()));
+    let lock_requests = |client: &Client<MemoryEngine>| {
+        let m = client.metrics();
+        let c = m.command(crate::metrics::CommandKind::AcquirePessimisticLock);
+        c.map(|c| (c.ok, c.failed)).unwrap_or_default()
+    };
+    let storage = s.client.cluster().region_for(b"k").storage();
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            let mut txn = s.client.begin_pessimistic().unwrap();
+            let value = txn.get_for_update(b"k").unwrap();
+            txn.put(b"k", b"3").unwrap();
+            (value, txn.for_update_ts(), txn.commit().unwrap())
+        });
+        let waits = storage.concurrency_manager().lock_waits();
+        while waits.wait_for_edges().is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        holder.put(b"k", b"2").unwrap();
+        let held = holder.commit().unwrap();
+        let (value, for_update_ts, _) = waiter.join().unwrap();
+        assert_eq!(value, Some(b"2".to_vec()));
+        assert!(for_update_ts >= held.commit_ts);
+    });
+    // A transaction beginning after the waiter's commit reads it: its
+    // commit_ts, computed above its for_update_ts, is not past the oracle's
+    // next timestamp.
+    let after = s.client.begin().unwrap();
+    assert_eq!(after.get(b"k").unwrap(), Some(b"3".to_vec()));
+    // The holder's request, and the waiter's two: the one that met the
+    // lock, and the one after the wait.
+    assert_eq!(lock_requests(&s.client), (2, 1));
+    assert_eq!(s.client.get_latest(b"k").unwrap(), Some(b"3".to_vec()));
+}
+
 #[test]
 fn a_pessimistic_transaction_dropped_or_rolled_back_releases_its_locks() {
     let s = client();

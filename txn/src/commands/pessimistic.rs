@@ -78,6 +78,15 @@ impl AcquirePessimisticLock {
         self
     }
 
+    /// Locks the key even above a commit newer than for_update_ts,
+    /// answering `LockedWithConflict` instead of failing with a
+    /// `PessimisticRetry` write conflict; for a request of one key.
+    #[must_use]
+    pub fn allow_lock_with_conflict(mut self) -> Self {
+        self.options.allow_lock_with_conflict = true;
+        self
+    }
+
     /// Waits up to `timeout` for another transaction's lock.
     #[must_use]
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {
@@ -95,6 +104,12 @@ impl AcquirePessimisticLock {
         if self.options.primary.is_empty() {
             return Err(Error::InvalidRequest {
                 reason: "a pessimistic lock request needs a primary key",
+                key: None,
+            });
+        }
+        if self.options.allow_lock_with_conflict && self.keys.len() > 1 {
+            return Err(Error::InvalidRequest {
+                reason: "a request locking with conflict holds one key",
                 key: None,
             });
         }

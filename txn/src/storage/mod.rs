@@ -466,28 +466,41 @@ impl<E: Engine> Storage<E> {
         };
         let deadline = Instant::now() + timeout;
         // Most requests meet no lock: the first goes without watching.
-        if let Some(answer) = lock_answer(self.write(cmd.clone())) {
-            return answer;
-        }
+        let mut info = match self.write(cmd.clone()) {
+            Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) => info,
+            other => return other,
+        };
         let waits = self.concurrency_manager().lock_waits();
         let keys = cmd.latch_keys();
         loop {
-            // Watched before the command reads the keys: a release after
-            // the read ends the wait at once.
+            // Watched, then the lock looked at again: a release after the
+            // look ends the wait at once, and one before it sends the
+            // request again without waiting.
             let ticket = waits.watch(&keys);
-            let info = match self.write(cmd.clone()) {
+            let locked = Key::from_raw(&info.key);
+            if self.holds_lock(&locked, info.lock_version) {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match waits.wait(&ticket, cmd.start_ts, &locked, info.lock_version, remaining)? {
+                    WaitOutcome::Released => {}
+                    WaitOutcome::TimedOut => {
+                        return Err(percolate_mvcc::Error::KeyIsLocked(info).into());
+                    }
+                }
+            }
+            drop(ticket);
+            info = match self.write(cmd.clone()) {
                 Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) => info,
                 other => return other,
             };
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let locked = Key::from_raw(&info.key);
-            match waits.wait(&ticket, cmd.start_ts, &locked, info.lock_version, remaining)? {
-                WaitOutcome::Released => continue,
-                WaitOutcome::TimedOut => {
-                    return Err(percolate_mvcc::Error::KeyIsLocked(info).into());
-                }
-            }
         }
+    }
+
+    /// Whether the lock of the transaction `lock_ts` is on `key` now, as the
+    /// latest data (and the memory-only locks) say; `false` where the lock
+    /// cannot be read, so that the caller asks again rather than waits.
+    fn holds_lock(&self, key: &Key, lock_ts: TimeStamp) -> bool {
+        let mut reader = MvccReader::new(self.engine().latest());
+        matches!(reader.load_lock(key), Ok(Some(lock)) if lock.ts == lock_ts)
     }
 
     /// Removes the pessimistic locks of the transaction `start_ts` on `keys`
@@ -828,15 +841,6 @@ fn process_write<C: WriteCommand, E: Engine>(
             Ok(result.output),
         ),
         Err(e) => (Finish::default(), Err(e)),
-    }
-}
-
-/// A lock request's answer, or `None` where it met another transaction's
-/// lock and may wait for it.
-fn lock_answer<T>(answer: Result<T>) -> Option<Result<T>> {
-    match answer {
-        Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(_))) => None,
-        other => Some(other),
     }
 }
 
