@@ -20,7 +20,10 @@ use crate::{Error, Result};
 /// [`get_for_update`](Self::get_for_update), [`lock_keys`](Self::lock_keys)
 /// and the writes ([`put`](Self::put), [`delete`](Self::delete),
 /// [`insert`](Self::insert)) lock their keys at once, with a pessimistic
-/// lock at a fresh `for_update_ts`: another transaction's lock in the way
+/// lock at the transaction's `for_update_ts` (a one-key request goes at
+/// the latest one, a request of several keys at a fresh one from the
+/// oracle; either way the key is read at its newest commit): another
+/// transaction's lock in the way
 /// is waited for (up to [`ClientConfig::lock_wait_timeout`](super::ClientConfig::lock_wait_timeout)
 /// per round, resolved if its owner is gone), a deadlock fails at once with
 /// [`Error::Deadlock`], and a commit newer than the `for_update_ts` (the
@@ -90,8 +93,9 @@ impl<E: Engine> PessimisticTransaction<E> {
         self.txn.start_ts()
     }
 
-    /// The for_update_ts of its latest lock request (the start_ts before
-    /// the first).
+    /// The newest for_update_ts its locked keys were read at: the start_ts
+    /// until a lock request meets a commit newer than it, then a fresh
+    /// timestamp above that commit.
     pub fn for_update_ts(&self) -> TimeStamp {
         self.for_update_ts
     }
@@ -299,11 +303,21 @@ impl<E: Engine> PessimisticTransaction<E> {
         let deadline = Deadline::after(client.config.resolve_timeout);
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
         let mut conflicts = 0u32;
+        // A request that locks with conflict reads the newest committed
+        // data at any for_update_ts: a commit above it is locked over and
+        // read (and only then is a fresh timestamp taken, see `locked`). It
+        // goes first at the transaction's latest for_update_ts, with no
+        // oracle call. Any other attempt takes a fresh one, which the
+        // newest committed data is below.
+        let mut reuse = keys.len() == 1 && !should_not_exist;
         loop {
-            // A fresh for_update_ts per attempt: the newest committed data
-            // is what the locked keys are read at.
-            let for_update_ts = client.oracle.get_ts()?;
-            self.for_update_ts = self.for_update_ts.max(for_update_ts);
+            let for_update_ts = if std::mem::take(&mut reuse) {
+                self.for_update_ts
+            } else {
+                let fresh = client.oracle.get_ts()?;
+                self.for_update_ts = self.for_update_ts.max(fresh);
+                fresh
+            };
             let request =
                 self.lock_request(client, keys, for_update_ts, want_values, should_not_exist);
             match storage.acquire_pessimistic_lock(request) {
@@ -412,7 +426,8 @@ impl<E: Engine> PessimisticTransaction<E> {
             request = request.return_values();
         }
         // An insert's constraint is checked at the newest commit by a retry
-        // instead (a lock with conflict leaves it unchecked).
+        // instead (a lock with conflict leaves it unchecked). (`lock_region`
+        // relies on these conditions.)
         if keys.len() == 1 && !should_not_exist {
             request = request.allow_lock_with_conflict();
         }
