@@ -513,7 +513,13 @@ impl SimTxn {
     ) -> Result<Option<Option<Vec<u8>>>, String> {
         let first = self.primary.is_none();
         let primary = self.primary.get_or_insert_with(|| key.to_vec()).clone();
-        let for_update_ts = w.get_ts();
+        // As the client's: a request that may lock with conflict goes at
+        // the transaction's latest for_update_ts, any other at a fresh one.
+        let for_update_ts = if should_not_exist {
+            w.get_ts()
+        } else {
+            self.for_update_ts
+        };
         self.for_update_ts = self.for_update_ts.max(for_update_ts);
         w.history.txns[self.id].for_update_ts = self.for_update_ts;
         let ttl = w.params.ttl_ms + w.now_ms().saturating_sub(self.began_ms);
@@ -526,6 +532,11 @@ impl SimTxn {
         .lock_ttl(ttl);
         if want_value {
             request = request.return_values();
+        }
+        // As the client's: a newer commit is locked over and read (an
+        // insert's constraint is checked by a retry instead).
+        if !should_not_exist {
+            request = request.allow_lock_with_conflict();
         }
         for (_, insert) in &mut request.keys {
             *insert = should_not_exist;
@@ -550,13 +561,20 @@ impl SimTxn {
                     self.heart_beating = true;
                     self.last_beat_ms = w.now_ms();
                 }
+                let (value, read_at) = match results.into_iter().next() {
+                    Some(PessimisticLockKeyResult::Value(v)) => (v, for_update_ts),
+                    // Read at the newer commit; the transaction commits
+                    // above a fresh timestamp, as the client's does.
+                    Some(PessimisticLockKeyResult::LockedWithConflict { value, conflict_ts }) => {
+                        self.for_update_ts = self.for_update_ts.max(w.get_ts());
+                        w.history.txns[self.id].for_update_ts = self.for_update_ts;
+                        (value.filter(|_| want_value), conflict_ts)
+                    }
+                    _ => (None, for_update_ts),
+                };
                 w.history.txns[self.id]
                     .locked_at
-                    .insert(key.to_vec(), for_update_ts);
-                let value = match results.into_iter().next() {
-                    Some(PessimisticLockKeyResult::Value(v)) => v,
-                    _ => None,
-                };
+                    .insert(key.to_vec(), read_at);
                 Ok(Some(value))
             }
             Err(e) => {
