@@ -732,6 +732,66 @@ mod tests {
         assert!(engine.holds_no_locks());
     }
 
+    /// A snapshot's lock get agrees with the rest of the snapshot while
+    /// another thread puts and deletes the lock: each write also sets a
+    /// marker saying whether the lock is there, and every snapshot must
+    /// see the two together (on RocksDB a snapshot taken while no lock is
+    /// held answers lock gets without RocksDB, so this races that with the
+    /// writes). A lock held when a snapshot is taken stays in it after its
+    /// delete.
+    fn snapshot_lock_reads_agree_with_the_snapshot<E: Engine>(engine: E) {
+        let write = |locked: bool| {
+            let mut batch = WriteBatch::new();
+            if locked {
+                batch.put(Cf::Lock, b"k".to_vec(), b"L".to_vec());
+            } else {
+                batch.delete(Cf::Lock, b"k".to_vec());
+            }
+            batch.put(Cf::Default, b"marker".to_vec(), vec![u8::from(locked)]);
+            engine.write(&batch, WriteOptions::default()).unwrap();
+        };
+        write(true);
+        let held = engine.snapshot();
+        write(false);
+        assert_eq!(
+            held.get(Cf::Lock, b"k").unwrap().as_deref(),
+            Some(&b"L"[..])
+        );
+        assert_eq!(engine.snapshot().get(Cf::Lock, b"k").unwrap(), None);
+
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for i in 0..20_000 {
+                    write(i % 2 == 0);
+                }
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            let mut checked = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) || checked < 1_000 {
+                let snapshot = engine.snapshot();
+                let marker = snapshot.get(Cf::Default, b"marker").unwrap();
+                let lock = snapshot.get(Cf::Lock, b"k").unwrap();
+                assert_eq!(
+                    marker == Some(vec![1]),
+                    lock.is_some(),
+                    "after {checked} snapshots"
+                );
+                checked += 1;
+            }
+        });
+    }
+
+    #[test]
+    fn snapshot_lock_reads_agree_with_the_snapshot_on_memory() {
+        snapshot_lock_reads_agree_with_the_snapshot(MemoryEngine::new());
+    }
+
+    #[test]
+    fn snapshot_lock_reads_agree_with_the_snapshot_on_rocks() {
+        snapshot_lock_reads_agree_with_the_snapshot(temp_rocks_engine());
+    }
+
     #[test]
     fn latest_lock_reads_follow_writes_on_memory() {
         latest_lock_reads_follow_writes(MemoryEngine::new());

@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::RwLock;
 
@@ -91,6 +91,12 @@ pub(crate) struct LockMirror {
     /// Entries of `memory_only`, so that a lookup or a cursor while there
     /// are none takes no lock.
     memory_only_len: AtomicUsize,
+    /// Writes that put locks RocksDB holds: counted before RocksDB applies
+    /// them ([`begin_puts`](Self::begin_puts)) and after the mirror does
+    /// ([`end_puts`](Self::end_puts)), so that a snapshot can tell it holds
+    /// none of those locks ([`quiet`](Self::quiet)).
+    puts_begun: AtomicU64,
+    puts_done: AtomicU64,
 }
 
 impl LockMirror {
@@ -101,11 +107,59 @@ impl LockMirror {
             len: AtomicUsize::new(0),
             memory_only: (0..MEMORY_SHARDS).map(|_| RwLock::default()).collect(),
             memory_only_len: AtomicUsize::new(0),
+            puts_begun: AtomicU64::new(0),
+            puts_done: AtomicU64::new(0),
         };
         for (key, value) in locks {
             mirror.put(key, value);
         }
         mirror
+    }
+
+    /// Counts a write of `batch` as begun if it puts a lock RocksDB holds
+    /// (not a memory-only one); returns whether it did. Called before
+    /// RocksDB applies the batch; [`end_puts`](Self::end_puts) must follow
+    /// a `true`, after the mirror applied it (or the write failed).
+    pub(crate) fn begin_puts(&self, batch: &WriteBatch) -> bool {
+        let puts = batch.modifies().iter().any(|modify| {
+            matches!(modify, Modify::Put { cf: Cf::Lock, value, .. } if !is_memory_only(Cf::Lock, value))
+        });
+        if puts {
+            self.puts_begun.fetch_add(1, Ordering::SeqCst);
+        }
+        puts
+    }
+
+    /// Ends a write [`begin_puts`](Self::begin_puts) counted.
+    pub(crate) fn end_puts(&self) {
+        self.puts_done.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Called just before a RocksDB snapshot is taken: `Some(token)` when
+    /// no write putting locks is under way and the mirror holds none that
+    /// RocksDB holds. The snapshot then holds none either if
+    /// [`still_quiet`](Self::still_quiet)`(token)` holds just after it was
+    /// taken.
+    ///
+    /// Why: a lock in the snapshot was put by a write that began before
+    /// the snapshot. If it began after `puts_begun` was read here, the
+    /// count moved before `still_quiet` reads it again. If it began
+    /// before, it was also done before `puts_done` was read (done equals
+    /// begun, and done never passes begun), so the mirror had the lock
+    /// before `len` was read; the mirror holding none then, the lock's
+    /// delete was applied to RocksDB before, and before the snapshot. (A
+    /// memory-only lock never replaces one RocksDB holds: a pessimistic
+    /// lock is only taken on a key without another lock, or over the
+    /// transaction's own pessimistic lock.)
+    pub(crate) fn quiet(&self) -> Option<u64> {
+        let done = self.puts_done.load(Ordering::SeqCst);
+        let begun = self.puts_begun.load(Ordering::SeqCst);
+        (done == begun && self.len.load(Ordering::SeqCst) == 0).then_some(begun)
+    }
+
+    /// See [`quiet`](Self::quiet).
+    pub(crate) fn still_quiet(&self, token: u64) -> bool {
+        self.puts_begun.load(Ordering::SeqCst) == token
     }
 
     /// Whether no lock is held.

@@ -727,11 +727,14 @@ impl Engine for RocksEngine {
     fn snapshot(&self) -> RocksSnapshot {
         RocksSnapshot {
             view: View::Pinned(Arc::new(SnapshotCell::new(self.inner.clone(), |inner| {
+                let quiet = inner.locks.quiet();
                 let snapshot = inner.db.snapshot();
+                let no_locks = quiet.is_some_and(|token| inner.locks.still_quiet(token));
                 let mut point_read = ReadOptions::default();
                 point_read.set_snapshot(&snapshot);
                 SnapshotParts {
                     point_read,
+                    no_locks,
                     snapshot,
                 }
             }))),
@@ -786,12 +789,16 @@ impl Engine for RocksEngine {
                 path: self.inner.path.clone(),
             });
         }
+        let puts_locks = self.inner.locks.begin_puts(batch);
         self.inner.epochs.begin(batch);
         let written = self.apply(batch, options);
         if written.is_ok() {
             self.inner.locks.apply(batch);
         }
         self.inner.epochs.end(batch);
+        if puts_locks {
+            self.inner.locks.end_puts();
+        }
         written
     }
 }
@@ -901,6 +908,10 @@ fn rocks_batch_size(batch: &WriteBatch) -> usize {
 struct SnapshotParts<'a> {
     /// Read options pinned to `snapshot`, made once instead of per get.
     point_read: ReadOptions,
+    /// The snapshot holds no lock in the lock CF (see
+    /// `LockMirror::quiet`): a lock get answers from the memory-only locks
+    /// without asking RocksDB.
+    no_locks: bool,
     snapshot: SnapshotWithThreadMode<'a, DB>,
 }
 
@@ -1029,6 +1040,9 @@ impl Snapshot for RocksSnapshot {
 
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let read = match &self.view {
+            View::Pinned(cell) if cf == Cf::Lock && cell.borrow_dependent().no_locks => {
+                return Ok(cell.borrow_owner().locks.memory_only_get(key));
+            }
             View::Pinned(cell) => &cell.borrow_dependent().point_read,
             View::Latest(latest) if cf == Cf::Lock => return Ok(latest.inner.locks.get(key)),
             View::Latest(latest) => &latest.inner.latest_read,
