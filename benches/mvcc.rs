@@ -4,6 +4,9 @@
 //!   `DB::get` of the same key and value stored plainly. Target >= 0.6x.
 //! * `scan_10k`: a forward `Scanner` over 10,000 committed keys vs a raw
 //!   iterator over the same data stored plainly. Target >= 0.6x.
+//! * `scan_10k_lent`: the same scan through `Scanner::visit`, each pair
+//!   lent as slices of the scanner's buffers, vs a raw iterator whose
+//!   pairs are read in place (neither copies a pair out). Target >= 0.6x.
 //! * `versions`: a point get of a key with 1,000 older versions vs a key
 //!   with one. Target: at most 1.2x the time.
 //! * `point_get_fresh`: what a region's `Get` command does per read, a new
@@ -24,6 +27,7 @@
 mod support;
 
 use std::hint::black_box;
+use std::ops::ControlFlow;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use percolate::engine::{Cf, Engine, RocksEngine, WriteBatch, WriteOptions};
@@ -213,6 +217,61 @@ fn bench_scan(c: &mut Criterion) {
     );
 }
 
+fn scan_mvcc_lent(engine: &RocksEngine) -> usize {
+    let mut scanner = ScannerBuilder::new(engine.snapshot(), TimeStamp::new(100))
+        .build()
+        .unwrap();
+    let mut n = 0;
+    let locks = scanner
+        .visit(0, |key, value| {
+            black_box((key, value));
+            n += 1;
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert!(locks.is_empty());
+    n
+}
+
+fn scan_raw_lent(engine: &RocksEngine) -> usize {
+    let db = engine.raw_db();
+    let cf = db.cf_handle(Cf::Default.name()).unwrap();
+    let mut it = db.raw_iterator_cf(cf);
+    it.seek_to_first();
+    let mut n = 0;
+    while let (Some(k), Some(v)) = (it.key(), it.value()) {
+        black_box((k, v));
+        n += 1;
+        it.next();
+    }
+    n
+}
+
+fn bench_scan_lent(c: &mut Criterion) {
+    let mvcc = mvcc_engine();
+    let raw = raw_db();
+    assert_eq!(scan_mvcc_lent(&mvcc), KEYS);
+    assert_eq!(scan_raw_lent(&raw), KEYS);
+    let mut group = c.benchmark_group("scan_10k_lent");
+    group.sample_size(20);
+    group.bench_function("percolate_scanner_visit", |b| {
+        b.iter(|| scan_mvcc_lent(&mvcc))
+    });
+    group.bench_function("raw_rocksdb_iterator", |b| b.iter(|| scan_raw_lent(&raw)));
+    group.finish();
+    support::print_ratio(
+        "scan_10k_lent percolate/raw (target >= 0.60)",
+        KEYS as u64,
+        15,
+        || {
+            scan_mvcc_lent(&mvcc);
+        },
+        || {
+            scan_raw_lent(&raw);
+        },
+    );
+}
+
 fn bench_versions(c: &mut Criterion) {
     let (many, many_ts) = versions_engine(VERSIONS);
     let (one, one_ts) = versions_engine(1);
@@ -358,6 +417,7 @@ criterion_group!(
     bench_point_get,
     bench_point_get_fresh,
     bench_scan,
+    bench_scan_lent,
     bench_scan_after_churn,
     bench_versions
 );

@@ -69,6 +69,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .map(|pair| pair.map(|(_, v)| balance(Some(v))))
         .sum::<Result<u64, Error>>()?;
     println!("total: {total}");
+    // The same sum over pairs lent in place (no allocation per pair).
+    let mut lent = 0;
+    txn.scan("account/".."account0").visit(|_key, value| {
+        let text = std::str::from_utf8(value).unwrap_or("0");
+        lent += text.parse::<u64>().unwrap_or(0);
+        std::ops::ControlFlow::Continue(())
+    })?;
+    assert_eq!(lent, total);
     drop(txn);
 
     // A snapshot keeps reading the data as of its timestamp.

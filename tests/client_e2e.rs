@@ -22,7 +22,7 @@
 //! use [`Client::open_with`] on the system clock.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
+use std::ops::{Bound, ControlFlow};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -1150,8 +1150,67 @@ fn check_scans(txn: &percolate::Transaction, model: &BTreeMap<String, String>) {
                     reverse, expected,
                     "reverse scan [{start:?}, {end:?}) limit {limit}"
                 );
+                check_visits(txn, bounds, limit, (&ascending, &descending));
             }
         }
+    }
+}
+
+/// Pairs of strings, in the order a scan gives them.
+type Pairs = [(String, String)];
+
+/// The pairs `scan` hands to `Scan::visit`, stopping after `limit` (0:
+/// none).
+fn visited(scan: percolate::Scan<'_>, limit: usize) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let got = scan
+        .visit(|k, v| {
+            let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+            out.push((text(k), text(v)));
+            if out.len() == limit {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+    assert_eq!(got, out.len(), "the count visit returns");
+    out
+}
+
+/// Checks that visiting scans of `bounds` (the whole way through, in
+/// batches of two, and after one pair taken by `next`) hand out the
+/// pairs of `expected` (ascending, descending), up to `limit`.
+fn check_visits(
+    txn: &percolate::Transaction,
+    bounds: (Bound<&[u8]>, Bound<&[u8]>),
+    limit: usize,
+    expected: (&Pairs, &Pairs),
+) {
+    let take = if limit == 0 { usize::MAX } else { limit };
+    for (reverse, all) in [(false, expected.0), (true, expected.1)] {
+        let scan = || {
+            if reverse {
+                txn.scan_reverse::<&[u8]>(bounds)
+            } else {
+                txn.scan::<&[u8]>(bounds)
+            }
+        };
+        let want: Vec<_> = all.iter().take(take).cloned().collect();
+        let what = format!("visit {bounds:?} limit {limit} reverse {reverse}");
+        assert_eq!(visited(scan(), limit), want, "{what}");
+        assert_eq!(
+            visited(scan().batch_size(2), limit),
+            want,
+            "{what}, batches of 2"
+        );
+        let mut scan = scan().batch_size(3);
+        let mut both = strings(scan.next().map(|p| p.unwrap()).into_iter().collect());
+        if limit != 1 {
+            // 0 stays 0: no limit.
+            both.extend(visited(scan, limit.saturating_sub(1)));
+        }
+        assert_eq!(both, want, "{what}, after one `next`");
     }
 }
 
@@ -1191,6 +1250,56 @@ fn scans_across_three_regions_match_a_model_both_ways_with_own_writes() {
     // Committed: a new transaction sees the same.
     let txn = client.begin().unwrap();
     check_scans(&txn, &model);
+}
+
+/// Visiting scans (`Scan::visit`) meet the locks of dead clients in every
+/// region, several in a row: each lock stops the visit at its key, is
+/// resolved (rolled forward after a committed primary, back after an
+/// expired one), and the visit goes on from that key, both ways, with the
+/// iterator's pairs.
+#[test]
+fn visiting_scans_resolve_the_locks_they_meet_and_go_on_from_them() {
+    let s = clocked();
+    let client = &s.client;
+    let keys = ["a", "b", "c", "d", "h", "i", "q", "r"];
+    let old: Vec<(String, String)> = keys
+        .iter()
+        .map(|k| (k.to_string(), format!("{k}-old")))
+        .collect();
+    let writes: Vec<(&str, &str)> = old.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    commit(client, &writes);
+    let value = |k: &str, new: bool| {
+        (
+            k.to_string(),
+            format!("{k}-{}", if new { "new" } else { "old" }),
+        )
+    };
+
+    // Forward: a committed primary, its secondaries in all three regions.
+    let rolled_forward = ["b", "c", "d", "i", "q"];
+    let (start_ts, _) = dead_client_prewrite(client, &rolled_forward, None);
+    let commit_ts = client.oracle().get_ts().unwrap();
+    let primary = client.cluster().region_for(b"b").storage();
+    primary
+        .commit(vec![Key::from_raw(b"b")], start_ts, commit_ts)
+        .unwrap();
+    let expected: Vec<_> = keys
+        .iter()
+        .map(|k| value(k, rolled_forward.contains(k)))
+        .collect();
+    let txn = client.begin().unwrap();
+    assert_eq!(visited(txn.scan::<&[u8]>(..).batch_size(2), 0), expected);
+    assert_no_locks(client);
+
+    // Backward: an expired primary, rolled back.
+    let (_, _) = dead_client_prewrite(client, &["r", "h", "a"], None);
+    s.advance(1_000);
+    let txn = client.begin().unwrap();
+    let mut descending = expected.clone();
+    descending.reverse();
+    assert_eq!(visited(txn.scan_reverse::<&[u8]>(..), 5), &descending[..5]);
+    assert_eq!(visited(txn.scan_reverse::<&[u8]>(..), 0), descending);
+    assert_no_locks(client);
 }
 
 /// Commits `k = value` in the data directory `dir` through an oracle whose

@@ -92,8 +92,8 @@ pub use errors::{Assertion, Error, PessimisticLockNotFoundReason, Result, WriteC
 pub use key::{Key, TimestampedKey};
 pub use lock::{LastChange, Lock, LockInfo, LockType};
 pub use reader::{
-    IsolationLevel, KvPair, MvccReader, PointGetter, PointGetterBuilder, Scanner, ScannerBuilder,
-    TsSet, TxnCommitRecord, VersionHints,
+    IsolationLevel, KvPair, MvccReader, PairVisitor, PointGetter, PointGetterBuilder, Scanner,
+    ScannerBuilder, TsSet, TxnCommitRecord, VersionHints,
 };
 pub use timestamp::{TSO_PHYSICAL_SHIFT_BITS, TimeStamp};
 pub use txn::{CommittedVersion, MvccTxn};

@@ -55,6 +55,31 @@ pub fn scan_shown<S: Snapshot>(builder: ScannerBuilder<S>, limit: usize) -> Vec<
         .collect()
 }
 
+/// A visit ([`Scanner::visit`](crate::Scanner::visit)) of the scan
+/// `builder` builds: the pairs handed out (up to `limit`, 0: all) and the
+/// locks that stopped it, each as [`show_entry`] shows it.
+pub fn visit_shown<S: Snapshot>(
+    builder: ScannerBuilder<S>,
+    limit: usize,
+) -> (Vec<String>, Vec<String>) {
+    let mut pairs = Vec::new();
+    let locks = builder
+        .build()
+        .unwrap()
+        .visit(limit, |key, value| {
+            pairs.push(show_entry(Ok((
+                Key::from_encoded(key.to_vec()),
+                value.to_vec(),
+            ))));
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    (
+        pairs,
+        locks.into_iter().map(|e| show_entry(Err(e))).collect(),
+    )
+}
+
 impl<E: Engine> MvccFixture<E> {
     /// A fixture over `engine`.
     pub fn new(engine: E) -> Self {

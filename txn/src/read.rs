@@ -31,8 +31,10 @@
 use percolate_engine::Engine;
 use percolate_mvcc::reader::check_lock_blocks_read;
 use percolate_mvcc::{
-    IsolationLevel, Key, KvPair, PointGetter, PointGetterBuilder, ScannerBuilder, TimeStamp, TsSet,
+    IsolationLevel, Key, KvPair, PointGetter, PointGetterBuilder, Scanner, ScannerBuilder, TimeStamp,
+    TsSet,
 };
+use std::ops::ControlFlow;
 
 use crate::Result;
 use crate::concurrency_manager::ConcurrencyManager;
@@ -159,6 +161,37 @@ pub fn scan<E: Engine>(
     request: &ScanRequest,
     options: &ReadOptions,
 ) -> Result<Vec<Result<KvPair>>> {
+    Ok(scanner(engine, cm, request, options)?
+        .scan(request.limit)?
+        .into_iter()
+        .map(|entry| entry.map_err(Into::into))
+        .collect())
+}
+
+/// The range read of [`scan`], handing each pair to `visit` as borrowed
+/// slices (the encoded key, the value) instead of returning it: see
+/// [`Scanner::visit`](percolate_mvcc::Scanner::visit). Returns the locks
+/// that stopped it (`KeyIsLocked` errors, the first one where it
+/// stopped), or none.
+pub fn scan_visit<E: Engine>(
+    engine: &E,
+    cm: &ConcurrencyManager,
+    request: &ScanRequest,
+    options: &ReadOptions,
+    visit: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+) -> Result<Vec<crate::Error>> {
+    let locks = scanner(engine, cm, request, options)?.visit(request.limit, visit)?;
+    Ok(locks.into_iter().map(Into::into).collect())
+}
+
+/// The scanner of `request`, after its ts is counted in `max_ts` and the
+/// memory locks of its range are checked.
+fn scanner<E: Engine>(
+    engine: &E,
+    cm: &ConcurrencyManager,
+    request: &ScanRequest,
+    options: &ReadOptions,
+) -> Result<Scanner<E::Snap>> {
     let (lower, upper) = if request.reverse {
         let upper = Some(request.start_key.clone()).filter(|k| !k.is_empty());
         (request.end_key.clone(), upper)
@@ -187,7 +220,7 @@ pub fn scan<E: Engine>(
     } else {
         engine.snapshot()
     };
-    let mut scanner = ScannerBuilder::new(snapshot, request.ts)
+    let scanner = ScannerBuilder::new(snapshot, request.ts)
         .skip_lock_cf(no_locks)
         .range(lower, upper)
         .reverse(request.reverse)
@@ -196,9 +229,5 @@ pub fn scan<E: Engine>(
         .bypass_locks(options.bypass_locks.clone())
         .access_locks(options.access_locks.clone())
         .build()?;
-    Ok(scanner
-        .scan(request.limit)?
-        .into_iter()
-        .map(|entry| entry.map_err(Into::into))
-        .collect())
+    Ok(scanner)
 }

@@ -12,7 +12,7 @@ mod scanner;
 
 pub use mvcc_reader::{MvccReader, OverlappedWrite, TxnCommitRecord};
 pub use point_getter::{PointGetter, PointGetterBuilder, VersionHints};
-pub use scanner::{KvPair, Scanner, ScannerBuilder};
+pub use scanner::{KvPair, PairVisitor, Scanner, ScannerBuilder};
 
 use crate::{Error, Key, Lock, LockType, Result, TimeStamp};
 

@@ -14,10 +14,12 @@
 //! back if any is not.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
-use percolate_engine::Engine;
-use percolate_mvcc::{Key, KvPair, LockInfo, TimeStamp, TsSet};
+use percolate_engine::{Cf, Engine};
+use percolate_mvcc::codec::decode_bytes_in_place;
+use percolate_mvcc::{Key, KvPair, LockInfo, PairVisitor, TimeStamp, TsSet};
 
 use super::scan::ScanKind;
 use super::{Backoff, Deadline, Inner, key};
@@ -72,6 +74,48 @@ fn split_locked(read: Result<Vec<Result<KvPair>>>) -> Result<Attempt<Vec<KvPair>
     } else {
         Attempt::Locked(locks)
     })
+}
+
+/// The scan of one region's piece `[lower, upper)` of a range.
+fn piece_request(
+    lower: &[u8],
+    upper: Option<&[u8]>,
+    kind: ScanKind,
+    ts: TimeStamp,
+    limit: usize,
+) -> ScanRequest {
+    let (lower, upper) = (key(lower), upper.map(key));
+    let (start_key, end_key) = if kind.reverse {
+        (
+            upper.unwrap_or_else(|| Key::from_encoded(Vec::new())),
+            Some(lower),
+        )
+    } else {
+        (lower, upper)
+    };
+    ScanRequest {
+        start_key,
+        end_key,
+        limit,
+        ts,
+        key_only: kind.key_only,
+        reverse: kind.reverse,
+    }
+}
+
+/// Moves `request` on to the locked key `raw` where its visit stopped,
+/// which the next attempt reads first: forward from it, backward from
+/// below the raw key just after it (`raw` and a zero byte: no key lies
+/// between, and the encoded form sorts after every version of `raw`).
+fn resume_at(request: &mut ScanRequest, raw: &[u8]) {
+    request.start_key = if request.reverse {
+        let mut after = Vec::with_capacity(raw.len() + 1);
+        after.extend_from_slice(raw);
+        after.push(0);
+        key(&after)
+    } else {
+        key(raw)
+    };
 }
 
 /// The lock of a `KeyIsLocked` error, or the error itself.
@@ -150,23 +194,8 @@ impl<E: Engine> Inner<E> {
             if limit != 0 && pairs.len() >= limit {
                 break;
             }
-            let (lower, upper) = (key(lower), upper.map(key));
-            let (start_key, end_key) = if reverse {
-                (
-                    upper.unwrap_or_else(|| Key::from_encoded(Vec::new())),
-                    Some(lower),
-                )
-            } else {
-                (lower, upper)
-            };
-            let request = ScanRequest {
-                start_key,
-                end_key,
-                limit: if limit == 0 { 0 } else { limit - pairs.len() },
-                ts,
-                key_only: kind.key_only,
-                reverse,
-            };
+            let rest = if limit == 0 { 0 } else { limit - pairs.len() };
+            let request = piece_request(lower, upper, kind, ts, rest);
             let storage = region.storage();
             pairs.extend(self.retry_locked(ts, &ReadOptions::default(), |options| {
                 split_locked(storage.read(Scan {
@@ -176,6 +205,73 @@ impl<E: Engine> Inner<E> {
             })?);
         }
         Ok(pairs)
+    }
+
+    /// Hands the pairs of the raw range `[start, end)` at `ts` to `visit`
+    /// in scan order (up to `limit`, 0: no limit; values empty when
+    /// key-only), across regions, resolving locks in the way, without
+    /// collecting them: each key is decoded into one reused buffer, each
+    /// value is a slice of the scanner's. A lock stops a region's visit at
+    /// its key, and once it is resolved the visit goes on from there.
+    /// `visit` breaks to stop. Returns how many pairs it got, and whether
+    /// `visit` broke.
+    pub(crate) fn scan_visit(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+        kind: ScanKind,
+        ts: TimeStamp,
+        visit: &mut PairVisitor<'_>,
+    ) -> Result<(usize, bool)> {
+        let mut pieces: Vec<_> = self.cluster.pieces(start, end).collect();
+        if kind.reverse {
+            pieces.reverse();
+        }
+        let mut got = 0;
+        let mut raw = Vec::new();
+        for (region, lower, upper) in pieces {
+            if limit != 0 && got >= limit {
+                break;
+            }
+            let storage = region.storage();
+            let mut request = piece_request(lower, upper, kind, ts, 0);
+            let broke = self.retry_locked(ts, &ReadOptions::default(), |options| {
+                request.limit = if limit == 0 { 0 } else { limit - got };
+                let (mut broke, mut bad) = (false, None);
+                let read = storage.scan_visit(&request, options, |key, value| {
+                    raw.clear();
+                    raw.extend_from_slice(key);
+                    if let Err(e) = decode_bytes_in_place(&mut raw) {
+                        bad = Some(percolate_mvcc::Error::corruption(Cf::Write, key, e));
+                        return ControlFlow::Break(());
+                    }
+                    got += 1;
+                    let flow = visit(&raw, value);
+                    broke = flow.is_break();
+                    flow
+                });
+                if let Some(e) = bad {
+                    return Err(e.into());
+                }
+                let locks = match read {
+                    Ok(locks) if broke || locks.is_empty() => return Ok(Attempt::Done(broke)),
+                    Ok(locks) => locks,
+                    // A memory lock in the range, found before any pair.
+                    Err(e) => return into_lock(e).map(|lock| Attempt::Locked(vec![lock])),
+                };
+                let locks = locks
+                    .into_iter()
+                    .map(into_lock)
+                    .collect::<Result<Vec<_>>>()?;
+                resume_at(&mut request, &locks[0].key);
+                Ok(Attempt::Locked(locks))
+            })?;
+            if broke {
+                return Ok((got, true));
+            }
+        }
+        Ok((got, false))
     }
 
     /// Runs `attempt` until it is not blocked by locks: each time, the locks

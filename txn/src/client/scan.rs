@@ -9,11 +9,12 @@
 //! merged in as the scan passes them (its puts added or put over the
 //! snapshot's value, its deletes hiding the snapshot's pair).
 
+use std::cmp::Ordering;
 use std::collections::btree_map;
-use std::ops::{Bound, RangeBounds};
+use std::ops::{Bound, ControlFlow, RangeBounds};
 
 use percolate_engine::{Engine, RocksEngine};
-use percolate_mvcc::TimeStamp;
+use percolate_mvcc::{PairVisitor, TimeStamp};
 
 use super::Inner;
 use super::transaction::{Op, raw};
@@ -57,6 +58,18 @@ impl ByteRange {
             Bound::Unbounded => None,
         };
         ByteRange { start, end }
+    }
+
+    /// Cuts off the part of the range up to `key` in scan order (`key`
+    /// included): what is left after a scan returned `key`.
+    fn after(&mut self, key: &[u8], reverse: bool) {
+        if reverse {
+            self.end = Some(key.to_vec());
+        } else {
+            self.start.clear();
+            self.start.extend_from_slice(key);
+            self.start.push(0);
+        }
     }
 
     /// Whether no key is in the range.
@@ -247,6 +260,92 @@ impl<'a, E: Engine> Scan<'a, E> {
         self
     }
 
+    /// Hands the scan's pairs (those [`next`](Iterator::next) has not
+    /// returned) to `visit` in order, as borrowed slices, instead of
+    /// returning them: a key and a value allocated per pair is what a scan
+    /// costs most after the reading itself, and here a short scan
+    /// allocates nothing per pair. `visit` returns
+    /// [`ControlFlow::Break`] to stop (a scan that wants `n` pairs also
+    /// says so with [`batch_size`](Self::batch_size), so that it reads no
+    /// more). Returns how many pairs `visit` got.
+    ///
+    /// The pairs are the same as the iterator's, the transaction's own
+    /// writes merged in; locks in the way are resolved the same way. On an
+    /// error, the pairs before it have been visited.
+    ///
+    /// ```
+    /// # use std::ops::ControlFlow;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let client = percolate_txn::client::Client::open(dir.path())?;
+    /// let mut txn = client.begin()?;
+    /// for i in 0..10u8 {
+    ///     txn.put(vec![b'k', i], vec![i]);
+    /// }
+    /// txn.commit()?;
+    ///
+    /// // The sum of the first three values from k\x04 on.
+    /// let (mut sum, mut seen) = (0, 0);
+    /// let snapshot = client.snapshot_latest()?;
+    /// snapshot.scan(vec![b'k', 4]..).batch_size(3).visit(|_key, value| {
+    ///     sum += value[0];
+    ///     seen += 1;
+    ///     if seen == 3 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    /// })?;
+    /// assert_eq!(sum, 4 + 5 + 6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn visit(
+        mut self,
+        mut visit: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<usize> {
+        let mut visited = 0;
+        // What an earlier `next` read and did not return yet.
+        while !self.batch.is_empty() {
+            let Some(pair) = self.next() else { break };
+            let (key, value) = pair?;
+            visited += 1;
+            if visit(&key, &value).is_break() {
+                return Ok(visited);
+            }
+        }
+        if self.failed {
+            return Ok(visited);
+        }
+        let mut merged = Merged {
+            own: self.own.take(),
+            own_next: self.own_next.take(),
+            kind: self.kind,
+            visit: &mut visit,
+            visited,
+            stopped: false,
+        };
+        let mut last = Vec::new();
+        while !self.drained && !merged.stopped {
+            let limit = self.next_batch;
+            self.next_batch = self.next_batch.saturating_mul(2).min(self.max_batch);
+            let (got, broke) = self.client.scan_visit(
+                &self.left.start,
+                self.left.end.as_deref(),
+                limit,
+                self.kind,
+                self.ts,
+                &mut |key, value| {
+                    last.clear();
+                    last.extend_from_slice(key);
+                    merged.snapshot_pair(key, value)
+                },
+            )?;
+            self.drained = !broke && got < limit;
+            if got > 0 {
+                self.left.after(&last, self.kind.reverse);
+            }
+        }
+        while !merged.stopped && merged.own_next.is_some() {
+            merged.own_before(None);
+        }
+        Ok(merged.visited)
+    }
+
     fn with_own_advanced(mut self) -> Self {
         self.advance_own();
         self
@@ -255,24 +354,7 @@ impl<'a, E: Engine> Scan<'a, E> {
     /// Moves to the transaction's next own write (locks aside: they write
     /// nothing).
     fn advance_own(&mut self) {
-        self.own_next = None;
-        let Some(own) = &mut self.own else {
-            return;
-        };
-        loop {
-            let next = if self.kind.reverse {
-                own.next_back()
-            } else {
-                own.next()
-            };
-            match next {
-                Some((_, Op::Lock)) => continue,
-                other => {
-                    self.own_next = other;
-                    return;
-                }
-            }
-        }
+        self.own_next = next_own(&mut self.own, self.kind.reverse);
     }
 
     /// Reads the next batch of the snapshot.
@@ -294,13 +376,7 @@ impl<'a, E: Engine> Scan<'a, E> {
             .map(|(k, v)| Ok((raw(k)?, v)))
             .collect::<Result<Vec<_>>>()?;
         if let Some((last, _)) = batch.last() {
-            if self.kind.reverse {
-                self.left.end = Some(last.clone());
-            } else {
-                self.left.start.clear();
-                self.left.start.extend_from_slice(last);
-                self.left.start.push(0);
-            }
+            self.left.after(last, self.kind.reverse);
         }
         batch.reverse();
         self.batch = batch;
@@ -329,7 +405,6 @@ impl<E: Engine> Iterator for Scan<'_, E> {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        use std::cmp::Ordering;
         loop {
             if self.failed {
                 return None;
@@ -367,6 +442,85 @@ impl<E: Engine> Iterator for Scan<'_, E> {
                 // A delete hides the key; a lock is skipped by advance_own.
                 _ => continue,
             }
+        }
+    }
+}
+
+/// A visit's merge of the snapshot's pairs with the transaction's own
+/// writes, in scan order: an own write replaces the snapshot's pair of its
+/// key, an own delete hides it.
+struct Merged<'a, 'v> {
+    own: Option<btree_map::Range<'a, Vec<u8>, Op>>,
+    own_next: Option<(&'a Vec<u8>, &'a Op)>,
+    kind: ScanKind,
+    visit: &'v mut PairVisitor<'v>,
+    visited: usize,
+    /// `visit` broke.
+    stopped: bool,
+}
+
+impl Merged<'_, '_> {
+    /// The snapshot's next pair, after the own writes before it.
+    fn snapshot_pair(&mut self, key: &[u8], value: &[u8]) -> ControlFlow<()> {
+        if self.own_before(Some(key)) || self.stopped {
+            return self.flow();
+        }
+        let value = if self.kind.key_only { &[][..] } else { value };
+        self.hand(key, value)
+    }
+
+    /// Hands out the next own write if it comes before `snapshot` in scan
+    /// order (or there is no snapshot key), or is at `snapshot` (the
+    /// snapshot's pair is then replaced or hidden: returns true).
+    fn own_before(&mut self, snapshot: Option<&[u8]>) -> bool {
+        while let Some((key, op)) = self.own_next {
+            let order = match snapshot {
+                None => Ordering::Less,
+                Some(snapshot) if self.kind.reverse => snapshot.cmp(key.as_slice()),
+                Some(snapshot) => key.as_slice().cmp(snapshot),
+            };
+            if order == Ordering::Greater || self.stopped {
+                return false;
+            }
+            self.own_next = next_own(&mut self.own, self.kind.reverse);
+            if let Op::Put(value) | Op::Insert(value) = op {
+                let value = if self.kind.key_only { &[][..] } else { value };
+                let _ = self.hand(key, value);
+            }
+            if order == Ordering::Equal {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn hand(&mut self, key: &[u8], value: &[u8]) -> ControlFlow<()> {
+        self.visited += 1;
+        self.stopped = (self.visit)(key, value).is_break();
+        self.flow()
+    }
+
+    fn flow(&self) -> ControlFlow<()> {
+        if self.stopped {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}
+
+/// The transaction's next own write in scan order (locks aside: they
+/// write nothing).
+fn next_own<'a>(
+    own: &mut Option<btree_map::Range<'a, Vec<u8>, Op>>,
+    reverse: bool,
+) -> Option<(&'a Vec<u8>, &'a Op)> {
+    let own = own.as_mut()?;
+    loop {
+        let next = if reverse { own.next_back() } else { own.next() };
+        match next {
+            Some((_, Op::Lock)) => continue,
+            other => return other,
         }
     }
 }

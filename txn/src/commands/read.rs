@@ -82,7 +82,13 @@ impl ReadCommand for Scan {
     }
 
     fn footprint(&self) -> Footprint<'_> {
-        let r = &self.request;
+        Scan::range_of(&self.request)
+    }
+}
+
+impl Scan {
+    /// The key range `request` reads.
+    pub(crate) fn range_of(r: &ScanRequest) -> Footprint<'_> {
         if r.reverse {
             // From `start_key` (exclusive; empty: the end) down to `end_key`.
             let upper = Some(&r.start_key).filter(|k| !k.is_empty());

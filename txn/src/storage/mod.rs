@@ -404,6 +404,35 @@ impl<E: Engine> Storage<E> {
         output
     }
 
+    /// A [`Scan`] that hands each pair to `visit` (the encoded key, the
+    /// value) as slices of the scanner's buffers instead of returning it:
+    /// no allocation per pair. `visit` breaks to stop early. Returns the
+    /// locks in the way, the first one where the visit stopped (the pairs
+    /// after it were not visited): resolve them and scan again from it.
+    /// Counted as a `Scan` command.
+    pub fn scan_visit(
+        &self,
+        request: &crate::read::ScanRequest,
+        options: &crate::read::ReadOptions,
+        visit: impl FnMut(&[u8], &[u8]) -> std::ops::ControlFlow<()>,
+    ) -> Result<Vec<Error>> {
+        let footprint = Scan::range_of(request);
+        if let Some(bounds) = &self.bounds {
+            bounds.check(footprint, &[])?;
+        }
+        let start = self.metrics.start();
+        let output = crate::read::scan_visit(
+            self.engine(),
+            self.concurrency_manager(),
+            request,
+            options,
+            visit,
+        );
+        self.metrics
+            .command(crate::metrics::CommandKind::Scan, start, output.is_ok());
+        output
+    }
+
     /// The region's bounds check of a read command.
     fn check_read<C: ReadCommand>(&self, cmd: &C) -> Result<()> {
         match &self.bounds {

@@ -13,6 +13,7 @@ mod backward;
 mod forward;
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 
 use percolate_engine::{Cf, EngineIterator, IterOptions, Snapshot};
 
@@ -32,6 +33,10 @@ const SEEK_BOUND: usize = if cfg!(test) { 2 } else { 8 };
 
 /// A key and its value, as a scan returns them.
 pub type KvPair = (Key, Vec<u8>);
+
+/// What a visiting scan hands each pair to: the key and the value, lent;
+/// it returns [`ControlFlow::Break`] to stop the scan.
+pub type PairVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
 
 /// Builds a [`Scanner`].
 #[must_use]
@@ -182,6 +187,25 @@ impl<S: Snapshot> Scanner<S> {
             }
         }
         Ok(out)
+    }
+
+    /// Hands up to `limit` pairs (0 = no limit) to `visit` in scan order,
+    /// as slices of the scanner's own buffers: the encoded key and the
+    /// value. Nothing is copied out, so a short scan allocates nothing per
+    /// pair. Stops early where `visit` breaks.
+    ///
+    /// A key locked by a pending transaction stops the visit before it:
+    /// the pairs after it are not visited, and the locks of the chunk in
+    /// hand are returned, the first one the key where the visit stopped
+    /// (resolve them and scan again from it). An empty list: the visit
+    /// ended at the limit, at the end of the range, or where `visit`
+    /// broke. Any other error fails the visit.
+    pub fn visit(
+        &mut self,
+        limit: usize,
+        mut visit: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<Vec<Error>> {
+        self.core_mut().visit(limit, &mut visit)
     }
 
     fn core_mut(&mut self) -> &mut ScannerCore<S> {
@@ -357,6 +381,52 @@ impl<S: Snapshot> ScannerCore<S> {
                 return Err(e);
             }
         }
+    }
+
+    /// See [`Scanner::visit`].
+    fn visit(&mut self, limit: usize, visit: &mut PairVisitor<'_>) -> Result<Vec<Error>> {
+        let mut visited = 0;
+        while limit == 0 || visited < limit {
+            self.wanted = limit.saturating_sub(visited);
+            let Some(entry) = self.buffer.pop_front() else {
+                if self.done {
+                    break;
+                }
+                if let Err(e) = self.fill() {
+                    self.done = true;
+                    return Err(e);
+                }
+                continue;
+            };
+            let flow = match entry {
+                Entry::InArena { key, value } => visit(&self.arena[key], &self.arena[value]),
+                Entry::Owned((key, value)) => visit(key.as_encoded(), &value),
+                Entry::Failed(e) if matches!(*e, Error::KeyIsLocked(_)) => {
+                    return Ok(self.locks_in_hand(*e));
+                }
+                Entry::Failed(e) => return Err(*e),
+            };
+            visited += 1;
+            if flow.is_break() {
+                break;
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// `first` and the other locks of the chunk in hand, in scan order,
+    /// up to its first other failure; the scan ends here.
+    fn locks_in_hand(&mut self, first: Error) -> Vec<Error> {
+        self.done = true;
+        let mut locks = vec![first];
+        for entry in self.buffer.drain(..) {
+            match entry {
+                Entry::Failed(e) if matches!(*e, Error::KeyIsLocked(_)) => locks.push(*e),
+                Entry::Failed(_) => break,
+                _ => {}
+            }
+        }
+        locks
     }
 
     /// Reads the next chunk: the committed values of up to a chunk's worth
@@ -742,7 +812,8 @@ mod tests {
     use percolate_engine::MemoryEngine;
     use percolate_engine::testing::temp_rocks_engine;
 
-    use crate::testing::{MvccFixture, scan_shown, show_entry, ts};
+    use crate::TimeStamp;
+    use crate::testing::{MvccFixture, scan_shown, show_entry, ts, visit_shown};
     use crate::{Key, Lock, LockType};
 
     /// With chunks of at most 8 keys and 8 locks (the test sizes), scans
@@ -790,7 +861,38 @@ mod tests {
                     want.truncate(limit);
                 }
                 assert_eq!(got, want, "reverse {reverse}, limit {limit}");
+                check_visit(&f, read_ts, reverse, limit, &want);
             }
+        }
+    }
+
+    /// A visit of the scan sees the pairs of `all` (a whole scan, shown)
+    /// up to `limit` of them or to the first lock, and then returns that
+    /// lock first and only locks of `all` after it, in order.
+    fn check_visit<E: percolate_engine::Engine>(
+        f: &MvccFixture<E>,
+        read_ts: TimeStamp,
+        reverse: bool,
+        limit: usize,
+        all: &[String],
+    ) {
+        let (pairs, locks) = visit_shown(f.scanner(read_ts).reverse(reverse), limit);
+        let locked = |e: &String| e.contains("=locked@");
+        let first_lock = all.iter().position(locked).unwrap_or(all.len());
+        let mut want = all[..first_lock].to_vec();
+        if limit > 0 {
+            want.truncate(limit);
+        }
+        let what = format!("visit, reverse {reverse}, limit {limit}");
+        assert_eq!(pairs, want, "{what}");
+        if want.len() == first_lock && first_lock < all.len() {
+            assert_eq!(locks.first(), Some(&all[first_lock]), "{what}");
+            let mut later = all[first_lock..].iter().filter(|e| locked(e));
+            for lock in &locks {
+                assert!(later.any(|e| e == lock), "{what}: {lock} out of order");
+            }
+        } else {
+            assert!(locks.is_empty(), "{what}: {locks:?}");
         }
     }
 
