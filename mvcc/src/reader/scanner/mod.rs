@@ -657,6 +657,14 @@ impl<S: Snapshot> ScannerCore<S> {
     /// says of each) with the locks of the range they span (in scan order)
     /// into the buffer.
     fn merge(&mut self, mut chunk: Vec<ChunkKey>, locks: Vec<RawLock>) -> Result<()> {
+        if locks.is_empty() {
+            // The common case, with nothing to interleave.
+            for ChunkKey { key, committed } in chunk.drain(..) {
+                self.push_committed(key, committed);
+            }
+            self.chunk = chunk;
+            return Ok(());
+        }
         let reverse = self.config.reverse;
         let mut locks = locks.into_iter().peekable();
         for ChunkKey { key, committed } in chunk.drain(..) {
@@ -679,18 +687,11 @@ impl<S: Snapshot> ScannerCore<S> {
             let own_lock = locks
                 .next_if(|(lock_key, _)| lock_key.as_slice() == &self.arena[key.clone()])
                 .map(|(_, bytes)| bytes);
-            match (own_lock, committed) {
-                (None, Committed::Nothing) => {}
-                (None, Committed::Value(value)) => {
-                    self.buffer.push_back(Entry::InArena { key, value });
-                }
-                (None, Committed::Failed(e)) => self.buffer.push_back(Entry::Failed(e)),
-                (lock, committed) => {
+            match own_lock {
+                None => self.push_committed(key, committed),
+                Some(bytes) => {
                     let owned = Key::from_encoded(self.arena[key].to_vec());
-                    let entry = match lock {
-                        Some(bytes) => self.locked_value(&owned, &bytes, Some(committed)),
-                        None => self.committed_value(&owned, Some(committed)),
-                    };
+                    let entry = self.locked_value(&owned, &bytes, Some(committed));
                     self.push_owned(owned, entry);
                 }
             }
@@ -703,6 +704,21 @@ impl<S: Snapshot> ScannerCore<S> {
         }
         self.chunk = chunk;
         Ok(())
+    }
+
+    /// Buffers the entry of a chunk's key without a lock: what the write
+    /// CF says of it.
+    fn push_committed(&mut self, key: Span, committed: Committed) {
+        match committed {
+            Committed::Nothing => {}
+            Committed::Value(value) => self.buffer.push_back(Entry::InArena { key, value }),
+            Committed::Failed(e) => self.buffer.push_back(Entry::Failed(e)),
+            committed @ Committed::Long(_) => {
+                let owned = Key::from_encoded(self.arena[key].to_vec());
+                let entry = self.committed_value(&owned, Some(committed));
+                self.push_owned(owned, entry);
+            }
+        }
     }
 
     /// The entry of a key with a lock: the lock rule first, then the
