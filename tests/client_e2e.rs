@@ -1211,6 +1211,23 @@ fn check_visits(
             both.extend(visited(scan, limit.saturating_sub(1)));
         }
         assert_eq!(both, want, "{what}, after one `next`");
+        let keys = if reverse {
+            txn.keys_reverse::<&[u8]>(bounds)
+        } else {
+            txn.keys::<&[u8]>(bounds)
+        };
+        let mut lent = Vec::new();
+        keys.visit(|key| {
+            lent.push(String::from_utf8(key.to_vec()).unwrap());
+            if lent.len() == limit {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+        let want_keys: Vec<_> = want.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(lent, want_keys, "{what}, keys only");
     }
 }
 

@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::ops::ControlFlow;
+
 use percolate::engine::Engine;
 use percolate::txn::client::{Client, Keyspace};
 
@@ -112,6 +114,12 @@ fn a_keyspace_scan_sees_only_its_own_keys<E: Engine>(client: &Client<E>) {
                     .take(2)
                     .collect::<Result<_, _>>()?;
                 assert_eq!(head, pairs(&[all[2], all[1]]), "{name:?}");
+                let mut lent = Vec::new();
+                let got = space.scan(txn, &b"a"[..]..).visit(|key, value| {
+                    lent.push((key.to_vec(), value.to_vec()));
+                    ControlFlow::Continue(())
+                })?;
+                assert_eq!((got, lent), (4, pairs(&all[2..])), "{name:?} visited");
                 // The range works with the reader's own scan too.
                 let stored: Vec<_> = txn
                     .keys(space.range::<&[u8]>(..))

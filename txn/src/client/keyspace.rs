@@ -1,6 +1,6 @@
 //! Keyspaces: named, isolated key spaces over one client (see [`Keyspace`]).
 
-use std::ops::{Bound, RangeBounds};
+use std::ops::{Bound, ControlFlow, RangeBounds};
 
 use percolate_engine::Engine;
 
@@ -211,6 +211,17 @@ impl Keyspace {
 pub struct KeyspaceScan<'r, E: Engine> {
     scan: Scan<'r, E>,
     prefix_len: usize,
+}
+
+impl<E: Engine> KeyspaceScan<'_, E> {
+    /// Hands the pairs to `visit` as borrowed slices, the keys without
+    /// the prefix, instead of returning them: see [`Scan::visit`]. Returns
+    /// how many pairs `visit` got.
+    pub fn visit(self, mut visit: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>) -> Result<usize> {
+        let prefix_len = self.prefix_len;
+        self.scan
+            .visit(|key, value| visit(&key[prefix_len..], value))
+    }
 }
 
 impl<E: Engine> Iterator for KeyspaceScan<'_, E> {

@@ -546,6 +546,12 @@ impl<'a, E: Engine> Keys<'a, E> {
     pub fn batch_size(self, n: usize) -> Self {
         Keys(self.0.batch_size(n))
     }
+
+    /// Hands the keys to `visit` as borrowed slices instead of returning
+    /// them: see [`Scan::visit`]. Returns how many keys `visit` got.
+    pub fn visit(self, mut visit: impl FnMut(&[u8]) -> ControlFlow<()>) -> Result<usize> {
+        self.0.visit(|key, _| visit(key))
+    }
 }
 
 impl<E: Engine> Iterator for Keys<'_, E> {
