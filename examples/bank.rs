@@ -311,14 +311,17 @@ impl Bank {
     }
 
     /// Sums every account at one snapshot: a read-only transaction whose
-    /// scan crosses every region.
+    /// scan crosses every region, each balance read where the scan holds
+    /// it (`Scan::visit`).
     fn audit(&self) -> percolate::Result<Audit> {
         let txn = self.client.begin()?;
-        let pairs = txn
+        let mut total = 0;
+        let accounts = txn
             .scan(account(0)..account(self.accounts))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let accounts = pairs.len() as u64;
-        let total = pairs.iter().map(|(_, v)| balance(Some(v))).sum();
+            .visit(|_, value| {
+                total += balance(Some(value));
+                std::ops::ControlFlow::Continue(())
+            })? as u64;
         let audit = Audit {
             snapshot: txn.start_ts(),
             accounts,
