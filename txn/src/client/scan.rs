@@ -169,6 +169,9 @@ pub(crate) struct ScanKind {
 /// Locks met on the way are resolved as any read resolves them (waiting
 /// for live transactions up to the client's `resolve_timeout`).
 ///
+/// Each pair the iterator returns is two new `Vec`s; [`visit`](Self::visit)
+/// lends the same pairs to a closure instead, without allocating per pair.
+///
 /// ```
 /// # let dir = tempfile::tempdir()?;
 /// # let client = percolate_txn::client::Client::open(dir.path())?;
