@@ -1319,6 +1319,55 @@ fn visiting_scans_resolve_the_locks_they_meet_and_go_on_from_them() {
     assert_no_locks(client);
 }
 
+/// A visit that stops at its limit resolves only the locks a scan of that
+/// limit meets: locks further on, in the same chunk, stay for the readers
+/// that get there.
+#[test]
+fn a_visit_resolves_no_lock_past_its_limit() {
+    let s = clocked();
+    let client = &s.client;
+    commit(
+        client,
+        &[
+            ("a", "a-old"),
+            ("b", "b-old"),
+            ("c", "c-old"),
+            ("d", "d-old"),
+        ],
+    );
+    // c and d: an expired dead client's; b: a dead client's whose primary
+    // (x, in another region) committed.
+    dead_client_prewrite(client, &["c", "d"], None);
+    s.advance(1_000);
+    let (start_ts, _) = dead_client_prewrite(client, &["x", "b"], None);
+    let commit_ts = client.oracle().get_ts().unwrap();
+    let primary = client.cluster().region_for(b"x").storage();
+    primary
+        .commit(vec![Key::from_raw(b"x")], start_ts, commit_ts)
+        .unwrap();
+    let locks_in_first_region = || {
+        let storage = client.cluster().region_for(b"a").storage();
+        let locks = storage.scan_lock(None, Some(Key::from_raw(b"g")), TimeStamp::max(), 0);
+        let keys: Vec<Vec<u8>> = locks.unwrap().into_iter().map(|l| l.key).collect();
+        keys
+    };
+    assert_eq!(locks_in_first_region(), [b"b", b"c", b"d"]);
+
+    let txn = client.begin().unwrap();
+    let got = visited(txn.scan::<&[u8]>(..).batch_size(2), 2);
+    assert_eq!(got, [value("a", "a-old"), value("b", "b-new")]);
+    assert_eq!(
+        locks_in_first_region(),
+        [b"c", b"d"],
+        "c and d are past the limit"
+    );
+}
+
+/// `(key, value)` as strings.
+fn value(key: &str, value: &str) -> (String, String) {
+    (key.to_string(), value.to_string())
+}
+
 /// Commits `k = value` in the data directory `dir` through an oracle whose
 /// clock runs an hour ahead of the system's; returns the commit_ts.
 fn commit_an_hour_ahead(dir: &Path, value: &str) -> TimeStamp {

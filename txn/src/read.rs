@@ -172,7 +172,8 @@ pub fn scan<E: Engine>(
 /// slices (the encoded key, the value) instead of returning it: see
 /// [`Scanner::visit`](percolate_mvcc::Scanner::visit). Returns the locks
 /// that stopped it (`KeyIsLocked` errors, the first one where it
-/// stopped), or none.
+/// stopped), or none; a blocking in-memory lock fails it whole, before
+/// any pair is visited, as it fails [`scan`].
 pub fn scan_visit<E: Engine>(
     engine: &E,
     cm: &ConcurrencyManager,

@@ -407,9 +407,12 @@ impl<E: Engine> Storage<E> {
     /// A [`Scan`] that hands each pair to `visit` (the encoded key, the
     /// value) as slices of the scanner's buffers instead of returning it:
     /// no allocation per pair. `visit` breaks to stop early. Returns the
-    /// locks in the way, the first one where the visit stopped (the pairs
-    /// after it were not visited): resolve them and scan again from it.
-    /// Counted as a `Scan` command.
+    /// locks of the lock CF in the way, the first one where the visit
+    /// stopped (the pairs after it were not visited): resolve them and
+    /// scan again from it. A blocking in-memory lock in the range (a
+    /// prewrite in flight) fails the whole call with `KeyIsLocked` before
+    /// any pair is visited, as it fails a [`Scan`]. Counted as a `Scan`
+    /// command.
     pub fn scan_visit(
         &self,
         request: &crate::read::ScanRequest,

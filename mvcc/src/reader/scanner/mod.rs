@@ -34,8 +34,10 @@ const SEEK_BOUND: usize = if cfg!(test) { 2 } else { 8 };
 /// A key and its value, as a scan returns them.
 pub type KvPair = (Key, Vec<u8>);
 
-/// What a visiting scan hands each pair to: the key and the value, lent;
-/// it returns [`ControlFlow::Break`] to stop the scan.
+/// What a visiting scan hands each pair to: the key and the value, lent
+/// (the encoded key at this layer, [`Scanner::visit`]; the raw key where
+/// the client visits); it returns [`ControlFlow::Break`] to stop the
+/// scan.
 pub type PairVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
 
 /// Builds a [`Scanner`].
@@ -197,9 +199,11 @@ impl<S: Snapshot> Scanner<S> {
     /// A key locked by a pending transaction stops the visit before it:
     /// the pairs after it are not visited, and the locks of the chunk in
     /// hand are returned, the first one the key where the visit stopped
-    /// (resolve them and scan again from it). An empty list: the visit
-    /// ended at the limit, at the end of the range, or where `visit`
-    /// broke. Any other error fails the visit.
+    /// (resolve them and scan again from it), as far as [`scan`](Self::scan)
+    /// would have gone with the same limit (its limit counts locks and
+    /// pairs alike). The scanner is then finished: later calls return
+    /// nothing. An empty list: the visit ended at the limit, at the end of
+    /// the range, or where `visit` broke. Any other error fails the visit.
     pub fn visit(
         &mut self,
         limit: usize,
@@ -402,7 +406,12 @@ impl<S: Snapshot> ScannerCore<S> {
                 Entry::InArena { key, value } => visit(&self.arena[key], &self.arena[value]),
                 Entry::Owned((key, value)) => visit(key.as_encoded(), &value),
                 Entry::Failed(e) if matches!(*e, Error::KeyIsLocked(_)) => {
-                    return Ok(self.locks_in_hand(*e));
+                    let room = if limit == 0 {
+                        usize::MAX
+                    } else {
+                        limit - visited
+                    };
+                    return Ok(self.locks_in_hand(*e, room));
                 }
                 Entry::Failed(e) => return Err(*e),
             };
@@ -415,17 +424,20 @@ impl<S: Snapshot> ScannerCore<S> {
     }
 
     /// `first` and the other locks of the chunk in hand, in scan order,
-    /// up to its first other failure; the scan ends here.
-    fn locks_in_hand(&mut self, first: Error) -> Vec<Error> {
+    /// among the first `room` entries from `first` on (pairs and locks
+    /// alike, as `scan` counts them), up to the first other failure; the
+    /// scan ends here.
+    fn locks_in_hand(&mut self, first: Error, room: usize) -> Vec<Error> {
         self.done = true;
         let mut locks = vec![first];
-        for entry in self.buffer.drain(..) {
+        for entry in self.buffer.drain(..).take(room - 1) {
             match entry {
                 Entry::Failed(e) if matches!(*e, Error::KeyIsLocked(_)) => locks.push(*e),
                 Entry::Failed(_) => break,
                 _ => {}
             }
         }
+        self.buffer.clear();
         locks
     }
 
@@ -870,21 +882,22 @@ mod tests {
             if reverse {
                 want.reverse();
             }
-            for limit in [0, 1, 5, 9, 30, 200] {
+            for limit in [0, 1, 5, 9, 14, 15, 16, 30, 200] {
                 let got = scan_shown(f.scanner(read_ts).reverse(reverse), limit);
-                let mut want = want.clone();
+                let mut truncated = want.clone();
                 if limit > 0 {
-                    want.truncate(limit);
+                    truncated.truncate(limit);
                 }
-                assert_eq!(got, want, "reverse {reverse}, limit {limit}");
+                assert_eq!(got, truncated, "reverse {reverse}, limit {limit}");
                 check_visit(&f, read_ts, reverse, limit, &want);
             }
         }
     }
 
-    /// A visit of the scan sees the pairs of `all` (a whole scan, shown)
-    /// up to `limit` of them or to the first lock, and then returns that
-    /// lock first and only locks of `all` after it, in order.
+    /// A visit of the scan sees the pairs of `all` (the whole scan,
+    /// shown) up to `limit` of them or to the first lock, and then returns
+    /// that lock first and after it a prefix of the locks among the
+    /// scan's first `limit` entries (pairs and locks alike), in order.
     fn check_visit<E: percolate_engine::Engine>(
         f: &MvccFixture<E>,
         read_ts: TimeStamp,
@@ -893,20 +906,24 @@ mod tests {
         all: &[String],
     ) {
         let (pairs, locks) = visit_shown(f.scanner(read_ts).reverse(reverse), limit);
-        let locked = |e: &String| e.contains("=locked@");
-        let first_lock = all.iter().position(locked).unwrap_or(all.len());
+        let locked = |e: &&String| e.contains("=locked@");
+        let first_lock = all.iter().position(|e| locked(&e)).unwrap_or(all.len());
         let mut want = all[..first_lock].to_vec();
         if limit > 0 {
             want.truncate(limit);
         }
         let what = format!("visit, reverse {reverse}, limit {limit}");
         assert_eq!(pairs, want, "{what}");
-        if want.len() == first_lock && first_lock < all.len() {
-            assert_eq!(locks.first(), Some(&all[first_lock]), "{what}");
-            let mut later = all[first_lock..].iter().filter(|e| locked(e));
-            for lock in &locks {
-                assert!(later.any(|e| e == lock), "{what}: {lock} out of order");
-            }
+        let end = if limit == 0 { all.len() } else { limit };
+        if want.len() == first_lock && first_lock < end {
+            let in_limit: Vec<&String> = all[first_lock..end.min(all.len())]
+                .iter()
+                .filter(locked)
+                .collect();
+            assert!(!locks.is_empty(), "{what}");
+            assert!(locks.len() <= in_limit.len(), "{what}: {locks:?}");
+            let prefix: Vec<&String> = locks.iter().collect();
+            assert_eq!(prefix, in_limit[..locks.len()], "{what}");
         } else {
             assert!(locks.is_empty(), "{what}: {locks:?}");
         }
