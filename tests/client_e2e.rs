@@ -37,6 +37,8 @@ use percolate::txn::concurrency_manager::MaxTsLimit;
 use percolate::txn::oracle::{Clock, LocalOracle, ManualClock, TimestampOracle};
 use percolate::txn::storage::{Storage, StorageConfig};
 use percolate::{Client, ClientConfig, CommitInfo, CommitProtocol, Error, OpenOptions};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tempfile::TempDir;
 
 /// The split keys: regions `[.., "g")`, `["g", "p")`, `["p", ..)`.
@@ -645,6 +647,12 @@ fn every_read_waits_out_a_prewrite_in_flight() {
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map(strings)
         },
+        reversed.clone(),
+    );
+    read_past_a_prewrite_in_flight(client, |t| Ok(visited(t.scan::<&[u8]>(..), 0)), all());
+    read_past_a_prewrite_in_flight(
+        client,
+        |t| Ok(visited(t.scan_reverse::<&[u8]>(..), 0)),
         reversed,
     );
 }
@@ -1361,6 +1369,252 @@ fn a_visit_resolves_no_lock_past_its_limit() {
         [b"c", b"d"],
         "c and d are past the limit"
     );
+}
+
+/// Keys of the randomized visit test: around the split keys "g" and "p",
+/// and as long as one and two encoding groups (8 and 16 bytes), where a
+/// resume bound meets the group markers.
+const VISIT_KEYS: [&str; 22] = [
+    "a",
+    "aa",
+    "abcdefg",
+    "abcdefga",
+    "abcdefgh",
+    "abcdefgh0",
+    "b",
+    "f",
+    "fzzzzzz",
+    "g",
+    "g0",
+    "gabcdefgh",
+    "h",
+    "n",
+    "o",
+    "ozzzzzzz",
+    "p",
+    "pp",
+    "pqrstuvwxyz12345",
+    "q",
+    "z",
+    "zz",
+];
+
+/// One round of the randomized visit test: what it scans and how.
+#[derive(Debug)]
+struct VisitRound {
+    reverse: bool,
+    batch: usize,
+    limit: usize,
+    range: (&'static str, Option<&'static str>),
+    key_only: bool,
+    after_next: bool,
+}
+
+/// The pairs `round` should visit, given the data as `txn` sees it.
+fn visit_expected(round: &VisitRound, data: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let (lo, hi) = round.range;
+    let in_range = data
+        .iter()
+        .filter(|(k, _)| k.as_str() >= lo && hi.is_none_or(|h| k.as_str() < h));
+    let mut want: Vec<(String, String)> = in_range
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                if round.key_only {
+                    String::new()
+                } else {
+                    v.clone()
+                },
+            )
+        })
+        .collect();
+    if round.reverse {
+        want.reverse();
+    }
+    if round.limit > 0 {
+        want.truncate(round.limit);
+    }
+    want
+}
+
+/// What `txn` visits in `round`.
+fn visit_round(txn: &percolate::Transaction, round: &VisitRound) -> Vec<(String, String)> {
+    let (lo, hi) = round.range;
+    let bounds = (
+        Bound::Included(lo.as_bytes()),
+        hi.map_or(Bound::Unbounded, |h| Bound::Excluded(h.as_bytes())),
+    );
+    if round.key_only {
+        return visit_keys_round(txn, round, bounds);
+    }
+    let mut scan = if round.reverse {
+        txn.scan_reverse::<&[u8]>(bounds)
+    } else {
+        txn.scan::<&[u8]>(bounds)
+    };
+    if round.batch > 0 {
+        scan = scan.batch_size(round.batch);
+    }
+    if !round.after_next || round.limit == 1 {
+        return visited(scan, round.limit);
+    }
+    let mut got = strings(scan.next().map(|p| p.unwrap()).into_iter().collect());
+    got.extend(visited(scan, round.limit.saturating_sub(1)));
+    got
+}
+
+/// What `txn` visits of `round`'s keys only (`Keys::visit`, from the
+/// start: `after_next` is for pairs).
+fn visit_keys_round(
+    txn: &percolate::Transaction,
+    round: &VisitRound,
+    bounds: (Bound<&[u8]>, Bound<&[u8]>),
+) -> Vec<(String, String)> {
+    let mut keys = if round.reverse {
+        txn.keys_reverse::<&[u8]>(bounds)
+    } else {
+        txn.keys::<&[u8]>(bounds)
+    };
+    if round.batch > 0 {
+        keys = keys.batch_size(round.batch);
+    }
+    let mut got = Vec::new();
+    let count = keys
+        .visit(|key| {
+            got.push((String::from_utf8(key.to_vec()).unwrap(), String::new()));
+            if got.len() == round.limit {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+    assert_eq!(count, got.len());
+    got
+}
+
+/// Visits (every direction, batch size and limit, own writes or none,
+/// key-only or not, after a `next` or not, random ranges) over data that
+/// fresh locks of a dead client cover at random before each one, rolled
+/// forward or back as the visit meets them, agree with a model.
+#[test]
+fn visits_over_random_locks_and_own_writes_agree_with_a_model() {
+    let s = clocked();
+    let client = &s.client;
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+    let initial: Vec<(String, String)> = VISIT_KEYS
+        .iter()
+        .step_by(2)
+        .map(|k| (k.to_string(), format!("{k}-old")))
+        .collect();
+    let writes: Vec<(&str, &str)> = initial
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    commit(client, &writes);
+    model.extend(initial);
+    let mut rng = StdRng::seed_from_u64(0x5ca7);
+    for reverse in [false, true] {
+        for batch in [0, 1, 2, 4] {
+            for limit in [0, 1, 2, 3, 5, 8] {
+                for own in [false, true] {
+                    let keys: Vec<&str> = VISIT_KEYS
+                        .iter()
+                        .copied()
+                        .filter(|_| rng.random_bool(0.3))
+                        .collect();
+                    if !keys.is_empty() {
+                        leave_locks(&s, &keys, rng.random_bool(0.5), &mut model);
+                    }
+                    let mut txn = client.begin().unwrap();
+                    let mut expected = model.clone();
+                    if own {
+                        own_writes(&mut txn, &mut rng, &mut expected);
+                    }
+                    let round = random_round(&mut rng, reverse, batch, limit);
+                    let want = visit_expected(&round, &expected);
+                    assert_eq!(
+                        visit_round(&txn, &round),
+                        want,
+                        "{round:?}, locks on {keys:?}"
+                    );
+                    // The locks past what the visit read: resolved by a
+                    // whole scan before the next round's.
+                    let rest = client.begin().unwrap().scan::<&[u8]>(..).count();
+                    assert_eq!(rest, model.len());
+                    assert_no_locks(client);
+                }
+            }
+        }
+    }
+}
+
+/// A round of `reverse`, `batch` and `limit`, its range and kind drawn.
+fn random_round(rng: &mut StdRng, reverse: bool, batch: usize, limit: usize) -> VisitRound {
+    let bounds = [
+        "",
+        "a",
+        "abcdefgh",
+        "abcdefgh0",
+        "b",
+        "g",
+        "g0",
+        "o",
+        "p",
+        "pp",
+        "zz",
+    ];
+    let lo = bounds[rng.random_range(0..bounds.len())];
+    let hi = bounds[rng.random_range(0..bounds.len())];
+    VisitRound {
+        reverse,
+        batch,
+        limit,
+        range: (lo, Some(hi).filter(|_| rng.random_bool(0.7))),
+        key_only: rng.random_bool(0.3),
+        after_next: rng.random_bool(0.3),
+    }
+}
+
+/// Puts or deletes a random quarter of the keys in `txn`, and in `model`.
+fn own_writes(
+    txn: &mut percolate::Transaction,
+    rng: &mut StdRng,
+    model: &mut BTreeMap<String, String>,
+) {
+    let chosen: Vec<&str> = VISIT_KEYS
+        .iter()
+        .copied()
+        .filter(|_| rng.random_bool(0.25))
+        .collect();
+    for k in chosen {
+        if rng.random_bool(0.5) {
+            txn.put(k.as_bytes(), format!("{k}-own"));
+            model.insert(k.to_string(), format!("{k}-own"));
+        } else {
+            txn.delete(k.as_bytes());
+            model.remove(k);
+        }
+    }
+}
+
+/// Leaves a dead client's locks on `keys` (the first its primary):
+/// committed (`forward`, and then `model` takes its writes) or expired.
+fn leave_locks(s: &Clocked, keys: &[&str], forward: bool, model: &mut BTreeMap<String, String>) {
+    let client = &s.client;
+    let (start_ts, _) = dead_client_prewrite(client, keys, None);
+    if forward {
+        let commit_ts = client.oracle().get_ts().unwrap();
+        let primary = client.cluster().region_for(keys[0].as_bytes()).storage();
+        primary
+            .commit(vec![Key::from_raw(keys[0].as_bytes())], start_ts, commit_ts)
+            .unwrap();
+        for k in keys {
+            model.insert(k.to_string(), format!("{k}-new"));
+        }
+    } else {
+        s.advance(1_000);
+    }
 }
 
 /// `(key, value)` as strings.
