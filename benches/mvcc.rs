@@ -180,14 +180,20 @@ fn scan_mvcc(engine: &RocksEngine) -> usize {
     n
 }
 
-fn scan_raw(engine: &RocksEngine) -> usize {
+/// A raw iterator over every pair, each copied out, or read in place
+/// (`lent`).
+fn scan_raw(engine: &RocksEngine, lent: bool) -> usize {
     let db = engine.raw_db();
     let cf = db.cf_handle(Cf::Default.name()).unwrap();
     let mut it = db.raw_iterator_cf(cf);
     it.seek_to_first();
     let mut n = 0;
     while let (Some(k), Some(v)) = (it.key(), it.value()) {
-        black_box((k.to_vec(), v.to_vec()));
+        if lent {
+            black_box((k, v));
+        } else {
+            black_box((k.to_vec(), v.to_vec()));
+        }
         n += 1;
         it.next();
     }
@@ -195,24 +201,36 @@ fn scan_raw(engine: &RocksEngine) -> usize {
 }
 
 fn bench_scan(c: &mut Criterion) {
+    bench_scan_group(c, "scan_10k", "percolate_scanner", scan_mvcc, false);
+}
+
+/// A 10k-pair scan group: `mvcc` (named `ours`) against a raw iterator
+/// that copies each pair out, or reads it in place (`lent`).
+fn bench_scan_group(
+    c: &mut Criterion,
+    group_name: &str,
+    ours: &str,
+    mvcc_scan: fn(&RocksEngine) -> usize,
+    lent: bool,
+) {
     let mvcc = mvcc_engine();
     let raw = raw_db();
-    assert_eq!(scan_mvcc(&mvcc), KEYS);
-    assert_eq!(scan_raw(&raw), KEYS);
-    let mut group = c.benchmark_group("scan_10k");
+    assert_eq!(mvcc_scan(&mvcc), KEYS);
+    assert_eq!(scan_raw(&raw, lent), KEYS);
+    let mut group = c.benchmark_group(group_name);
     group.sample_size(20);
-    group.bench_function("percolate_scanner", |b| b.iter(|| scan_mvcc(&mvcc)));
-    group.bench_function("raw_rocksdb_iterator", |b| b.iter(|| scan_raw(&raw)));
+    group.bench_function(ours, |b| b.iter(|| mvcc_scan(&mvcc)));
+    group.bench_function("raw_rocksdb_iterator", |b| b.iter(|| scan_raw(&raw, lent)));
     group.finish();
     support::print_ratio(
-        "scan_10k percolate/raw (target >= 0.60)",
+        &format!("{group_name} percolate/raw (target >= 0.60)"),
         KEYS as u64,
         15,
         || {
-            scan_mvcc(&mvcc);
+            mvcc_scan(&mvcc);
         },
         || {
-            scan_raw(&raw);
+            scan_raw(&raw, lent);
         },
     );
 }
@@ -233,42 +251,13 @@ fn scan_mvcc_lent(engine: &RocksEngine) -> usize {
     n
 }
 
-fn scan_raw_lent(engine: &RocksEngine) -> usize {
-    let db = engine.raw_db();
-    let cf = db.cf_handle(Cf::Default.name()).unwrap();
-    let mut it = db.raw_iterator_cf(cf);
-    it.seek_to_first();
-    let mut n = 0;
-    while let (Some(k), Some(v)) = (it.key(), it.value()) {
-        black_box((k, v));
-        n += 1;
-        it.next();
-    }
-    n
-}
-
 fn bench_scan_lent(c: &mut Criterion) {
-    let mvcc = mvcc_engine();
-    let raw = raw_db();
-    assert_eq!(scan_mvcc_lent(&mvcc), KEYS);
-    assert_eq!(scan_raw_lent(&raw), KEYS);
-    let mut group = c.benchmark_group("scan_10k_lent");
-    group.sample_size(20);
-    group.bench_function("percolate_scanner_visit", |b| {
-        b.iter(|| scan_mvcc_lent(&mvcc))
-    });
-    group.bench_function("raw_rocksdb_iterator", |b| b.iter(|| scan_raw_lent(&raw)));
-    group.finish();
-    support::print_ratio(
-        "scan_10k_lent percolate/raw (target >= 0.60)",
-        KEYS as u64,
-        15,
-        || {
-            scan_mvcc_lent(&mvcc);
-        },
-        || {
-            scan_raw_lent(&raw);
-        },
+    bench_scan_group(
+        c,
+        "scan_10k_lent",
+        "percolate_scanner_visit",
+        scan_mvcc_lent,
+        true,
     );
 }
 

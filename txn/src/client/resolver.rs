@@ -30,6 +30,9 @@ use crate::metrics::ResolveOutcome;
 use crate::read::{ReadOptions, ScanRequest};
 use crate::{Error, Result};
 
+/// A region and its part `[lower, upper)` of a range.
+type Piece<'a, E> = (&'a crate::cluster::Region<E>, &'a [u8], Option<&'a [u8]>);
+
 /// What a read attempt found.
 pub(crate) enum Attempt<T> {
     /// The answer.
@@ -184,13 +187,8 @@ impl<E: Engine> Inner<E> {
         kind: ScanKind,
         ts: TimeStamp,
     ) -> Result<Vec<KvPair>> {
-        let reverse = kind.reverse;
-        let mut pieces: Vec<_> = self.cluster.pieces(start, end).collect();
-        if reverse {
-            pieces.reverse();
-        }
         let mut pairs = Vec::new();
-        for (region, lower, upper) in pieces {
+        for (region, lower, upper) in self.pieces_in_scan_order(start, end, kind) {
             if limit != 0 && pairs.len() >= limit {
                 break;
             }
@@ -224,13 +222,9 @@ impl<E: Engine> Inner<E> {
         ts: TimeStamp,
         visit: &mut PairVisitor<'_>,
     ) -> Result<(usize, bool)> {
-        let mut pieces: Vec<_> = self.cluster.pieces(start, end).collect();
-        if kind.reverse {
-            pieces.reverse();
-        }
         let mut got = 0;
         let mut raw = Vec::new();
-        for (region, lower, upper) in pieces {
+        for (region, lower, upper) in self.pieces_in_scan_order(start, end, kind) {
             if limit != 0 && got >= limit {
                 break;
             }
@@ -272,6 +266,21 @@ impl<E: Engine> Inner<E> {
             }
         }
         Ok((got, false))
+    }
+
+    /// The regions' pieces of `[start, end)`, in the order a scan of
+    /// `kind` reads them.
+    fn pieces_in_scan_order<'a>(
+        &'a self,
+        start: &'a [u8],
+        end: Option<&'a [u8]>,
+        kind: ScanKind,
+    ) -> Vec<Piece<'a, E>> {
+        let mut pieces: Vec<_> = self.cluster.pieces(start, end).collect();
+        if kind.reverse {
+            pieces.reverse();
+        }
+        pieces
     }
 
     /// Runs `attempt` until it is not blocked by locks: each time, the locks
