@@ -15,11 +15,14 @@
 //! same hash only cost a spurious retry.
 //!
 //! **Order.** When a key's lock is released, its oldest waiter (smallest
-//! start_ts) is woken at once; the others are woken after
-//! [`LockWaits::wake_up_delay`] (if no release woke them sooner), by when
-//! the oldest has normally taken the lock, and they go back to waiting on
-//! it. A waiter that is not the oldest does not starve: if the oldest gave
-//! up or did not take the lock, the delay bounds how long the others sleep.
+//! start_ts) is woken at once, and only it: the others may run again
+//! [`LockWaits::wake_up_delay`] later (if no release let them sooner), by
+//! when the oldest has normally taken the lock, and they go back to waiting
+//! on it. They are not woken for that: a waiter looks at its state again
+//! every wake-up delay, so it runs between one and two delays after the
+//! release. A waiter that is not the oldest does not starve: if the oldest
+//! gave up or did not take the lock, the delay bounds how long the others
+//! sleep.
 //!
 //! **Deadlocks.** Each waiting transaction is an edge of the wait-for graph
 //! (`start_ts` waits for `lock_ts`, on a key). A request whose edge would
@@ -116,10 +119,6 @@ struct Watched {
     /// Tickets watching it; the entry goes when the last one does.
     tickets: usize,
     waiters: Vec<Waiter>,
-    /// What its waiters sleep on (with the state's mutex), so that a
-    /// release wakes the waiters of its keys, not every waiter. Shared:
-    /// the entry moves when the table grows.
-    wake: Arc<Condvar>,
 }
 
 struct Waiter {
@@ -127,6 +126,10 @@ struct Waiter {
     start_ts: TimeStamp,
     /// Set by a release: when the waiter may run again.
     wake_at: Option<Instant>,
+    /// What it sleeps on (with the state's mutex), so that a release
+    /// wakes the one waiter it lets run, not every waiter of the key.
+    /// Shared: the entry moves when the table grows.
+    wake: Arc<Condvar>,
 }
 
 impl Default for LockWaits {
@@ -233,12 +236,12 @@ impl LockWaits {
                 continue;
             };
             watched.releases += 1;
-            if !watched.waiters.is_empty() {
-                woken.push(watched.wake.clone());
-            }
             let oldest = watched.waiters.iter().map(|w| w.start_ts).min();
             for waiter in &mut watched.waiters {
+                // The others are not woken: they look again by themselves
+                // (see `sleep`).
                 let at = if Some(waiter.start_ts) == oldest {
+                    woken.push(waiter.wake.clone());
                     now
                 } else {
                     later
@@ -322,19 +325,24 @@ impl LockWaits {
     ) -> WaitOutcome {
         loop {
             let now = Instant::now();
-            let wake_at = state.keys[&hash]
+            let waiter = state.keys[&hash]
                 .waiters
                 .iter()
                 .find(|w| w.id == id)
-                .and_then(|w| w.wake_at);
+                .expect("a waiter stays until it leaves");
+            let (wake_at, wake) = (waiter.wake_at, waiter.wake.clone());
             if wake_at.is_some_and(|at| at <= now) {
                 return WaitOutcome::Released;
             }
             if now >= deadline {
                 return WaitOutcome::TimedOut;
             }
-            let until = wake_at.map_or(deadline, |at| at.min(deadline));
-            let wake = state.keys[&hash].wake.clone();
+            // A release wakes only the oldest waiter and gives the others a
+            // later time, which they find when they look again: at most a
+            // wake-up delay apart.
+            let until = wake_at
+                .unwrap_or(now + self.inner.wake_up_delay)
+                .min(deadline);
             wake.wait_until(state, until);
         }
     }
@@ -362,6 +370,7 @@ impl State {
                 id,
                 start_ts,
                 wake_at: None,
+                wake: Arc::default(),
             });
         id
     }
@@ -514,6 +523,43 @@ mod tests {
             handle.join().unwrap();
         }
         assert_eq!(woken.lock()[1], (30, WaitOutcome::Released));
+    }
+
+    /// The waiters a release does not let run at once are not woken, and
+    /// still run after the wake-up delay with no other release (a woken
+    /// oldest that never takes the lock starves nobody).
+    #[test]
+    fn the_other_waiters_run_after_the_delay_without_another_release() {
+        let delay = Duration::from_millis(50);
+        let waits = LockWaits::new(delay);
+        let handles: Vec<_> = [10u64, 20, 30]
+            .into_iter()
+            .map(|start| {
+                let waits = waits.clone();
+                let ticket = waits.watch(&[k(b"a")]);
+                thread::spawn(move || {
+                    let outcome = waits
+                        .wait(&ticket, ts(start), &k(b"a"), ts(5), Duration::from_secs(60))
+                        .unwrap();
+                    (start, outcome, Instant::now())
+                })
+            })
+            .collect();
+        while waits.wait_for_edges().len() < 3 {
+            thread::yield_now();
+        }
+        let released = Instant::now();
+        waits.release(&[key_hash(&k(b"a"))]);
+        let mut ran: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        ran.sort_by_key(|(_, _, at)| *at);
+        assert_eq!(ran[0].0, 10, "the oldest runs first: {ran:?}");
+        for (start, outcome, at) in &ran {
+            assert_eq!(*outcome, WaitOutcome::Released, "{start}");
+            if *start != 10 {
+                assert!(*at >= released + delay, "{start} ran before the delay");
+            }
+        }
+        assert!(waits.wait_for_edges().is_empty());
     }
 
     #[test]
