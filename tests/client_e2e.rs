@@ -1170,18 +1170,27 @@ type Pairs = [(String, String)];
 /// The pairs `scan` hands to `Scan::visit`, stopping after `limit` (0:
 /// none).
 fn visited(scan: percolate::Scan<'_>, limit: usize) -> Vec<(String, String)> {
+    collect_visit(limit, |visit| scan.visit(visit))
+}
+
+/// The pairs a visit hands out, as strings, stopping after `limit` (0:
+/// none): `run` starts the visit with the visitor it is given, and
+/// returns the count the visit returns.
+fn collect_visit(
+    limit: usize,
+    run: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>) -> Result<usize, Error>,
+) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let got = scan
-        .visit(|k, v| {
-            let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
-            out.push((text(k), text(v)));
-            if out.len() == limit {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        })
-        .unwrap();
+    let got = run(&mut |k, v| {
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+        out.push((text(k), text(v)));
+        if out.len() == limit {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .unwrap();
     assert_eq!(got, out.len(), "the count visit returns");
     out
 }
@@ -1224,16 +1233,10 @@ fn check_visits(
         } else {
             txn.keys::<&[u8]>(bounds)
         };
-        let mut lent = Vec::new();
-        keys.visit(|key| {
-            lent.push(String::from_utf8(key.to_vec()).unwrap());
-            if lent.len() == limit {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        })
-        .unwrap();
+        let lent: Vec<String> = collect_visit(limit, |visit| keys.visit(|k| visit(k, &[])))
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         let want_keys: Vec<_> = want.iter().map(|(k, _)| k.clone()).collect();
         assert_eq!(lent, want_keys, "{what}, keys only");
     }
@@ -1437,6 +1440,23 @@ fn visit_expected(round: &VisitRound, data: &BTreeMap<String, String>) -> Vec<(S
     want
 }
 
+/// `$txn`'s range read of `$bounds` (`$forward` or `$reverse`, as the
+/// round goes) with the round's batch size: a `Scan` or a `Keys`.
+macro_rules! round_scan {
+    ($txn:expr, $round:expr, $bounds:expr, $forward:ident, $reverse:ident) => {{
+        let scan = if $round.reverse {
+            $txn.$reverse::<&[u8]>($bounds)
+        } else {
+            $txn.$forward::<&[u8]>($bounds)
+        };
+        if $round.batch > 0 {
+            scan.batch_size($round.batch)
+        } else {
+            scan
+        }
+    }};
+}
+
 /// What `txn` visits in `round`.
 fn visit_round(txn: &percolate::Transaction, round: &VisitRound) -> Vec<(String, String)> {
     let (lo, hi) = round.range;
@@ -1447,14 +1467,7 @@ fn visit_round(txn: &percolate::Transaction, round: &VisitRound) -> Vec<(String,
     if round.key_only {
         return visit_keys_round(txn, round, bounds);
     }
-    let mut scan = if round.reverse {
-        txn.scan_reverse::<&[u8]>(bounds)
-    } else {
-        txn.scan::<&[u8]>(bounds)
-    };
-    if round.batch > 0 {
-        scan = scan.batch_size(round.batch);
-    }
+    let mut scan = round_scan!(txn, round, bounds, scan, scan_reverse);
     if !round.after_next || round.limit == 1 {
         return visited(scan, round.limit);
     }
@@ -1470,27 +1483,8 @@ fn visit_keys_round(
     round: &VisitRound,
     bounds: (Bound<&[u8]>, Bound<&[u8]>),
 ) -> Vec<(String, String)> {
-    let mut keys = if round.reverse {
-        txn.keys_reverse::<&[u8]>(bounds)
-    } else {
-        txn.keys::<&[u8]>(bounds)
-    };
-    if round.batch > 0 {
-        keys = keys.batch_size(round.batch);
-    }
-    let mut got = Vec::new();
-    let count = keys
-        .visit(|key| {
-            got.push((String::from_utf8(key.to_vec()).unwrap(), String::new()));
-            if got.len() == round.limit {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        })
-        .unwrap();
-    assert_eq!(count, got.len());
-    got
+    let keys = round_scan!(txn, round, bounds, keys, keys_reverse);
+    collect_visit(round.limit, |visit| keys.visit(|k| visit(k, &[])))
 }
 
 /// Visits (every direction, batch size and limit, own writes or none,

@@ -25,7 +25,7 @@ use super::scan::ScanKind;
 use super::{Backoff, Deadline, Inner, key};
 use crate::actions::TxnStatus;
 use crate::actions::check_txn_status::CheckTxnStatusOptions;
-use crate::commands::{BatchGet, Get, Scan, SecondaryLocksStatus};
+use crate::commands::{BatchGet, Get, SecondaryLocksStatus};
 use crate::metrics::ResolveOutcome;
 use crate::read::{ReadOptions, ScanRequest};
 use crate::{Error, Result};
@@ -169,35 +169,6 @@ impl<E: Engine> Inner<E> {
                 split_locked(storage.read(BatchGet {
                     keys: keys.clone(),
                     ts,
-                    options: options.clone(),
-                }))
-            })?);
-        }
-        Ok(pairs)
-    }
-
-    /// Up to `limit` pairs (0: no limit) of the raw range `[start, end)` at
-    /// `ts`, in key order or, reverse, from `end` down (values empty when
-    /// key-only); across regions, resolving locks in the way.
-    pub(crate) fn scan(
-        &self,
-        start: &[u8],
-        end: Option<&[u8]>,
-        limit: usize,
-        kind: ScanKind,
-        ts: TimeStamp,
-    ) -> Result<Vec<KvPair>> {
-        let mut pairs = Vec::new();
-        for (region, lower, upper) in self.pieces_in_scan_order(start, end, kind) {
-            if limit != 0 && pairs.len() >= limit {
-                break;
-            }
-            let rest = if limit == 0 { 0 } else { limit - pairs.len() };
-            let request = piece_request(lower, upper, kind, ts, rest);
-            let storage = region.storage();
-            pairs.extend(self.retry_locked(ts, &ReadOptions::default(), |options| {
-                split_locked(storage.read(Scan {
-                    request: request.clone(),
                     options: options.clone(),
                 }))
             })?);

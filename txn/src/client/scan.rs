@@ -17,7 +17,7 @@ use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::{PairVisitor, TimeStamp};
 
 use super::Inner;
-use super::transaction::{Op, raw};
+use super::transaction::Op;
 use crate::Result;
 
 /// Pairs the first storage read of a scan fetches by default; each later
@@ -322,26 +322,8 @@ impl<'a, E: Engine> Scan<'a, E> {
             visited,
             stopped: false,
         };
-        let mut last = Vec::new();
         while !self.drained && !merged.stopped {
-            let limit = self.next_batch;
-            self.next_batch = self.next_batch.saturating_mul(2).min(self.max_batch);
-            let (got, broke) = self.client.scan_visit(
-                &self.left.start,
-                self.left.end.as_deref(),
-                limit,
-                self.kind,
-                self.ts,
-                &mut |key, value| {
-                    last.clear();
-                    last.extend_from_slice(key);
-                    merged.snapshot_pair(key, value)
-                },
-            )?;
-            self.drained = !broke && got < limit;
-            if got > 0 {
-                self.left.after(&last, self.kind.reverse);
-            }
+            self.read_batch(&mut |key, value| merged.snapshot_pair(key, value))?;
         }
         while !merged.stopped && merged.own_next.is_some() {
             merged.own_before(None);
@@ -360,29 +342,41 @@ impl<'a, E: Engine> Scan<'a, E> {
         self.own_next = next_own(&mut self.own, self.kind.reverse);
     }
 
-    /// Reads the next batch of the snapshot.
+    /// Reads the next batch of the snapshot, each pair copied out.
     fn fill(&mut self) -> Result<()> {
+        let mut batch = std::mem::take(&mut self.batch);
+        self.read_batch(&mut |key, value| {
+            batch.push((key.to_vec(), value.to_vec()));
+            ControlFlow::Continue(())
+        })?;
+        batch.reverse();
+        self.batch = batch;
+        Ok(())
+    }
+
+    /// Hands the snapshot's next batch of pairs to `visit` (a batch of
+    /// the current size, which then doubles up to the largest), and moves
+    /// what is left of the range past them.
+    fn read_batch(&mut self, visit: &mut PairVisitor<'_>) -> Result<()> {
         let limit = self.next_batch;
         self.next_batch = self.next_batch.saturating_mul(2).min(self.max_batch);
-        let pairs = self.client.scan(
+        let mut last = Vec::new();
+        let (got, broke) = self.client.scan_visit(
             &self.left.start,
             self.left.end.as_deref(),
             limit,
             self.kind,
             self.ts,
+            &mut |key, value| {
+                last.clear();
+                last.extend_from_slice(key);
+                visit(key, value)
+            },
         )?;
-        if pairs.len() < limit {
-            self.drained = true;
+        self.drained = !broke && got < limit;
+        if got > 0 {
+            self.left.after(&last, self.kind.reverse);
         }
-        let mut batch = pairs
-            .into_iter()
-            .map(|(k, v)| Ok((raw(k)?, v)))
-            .collect::<Result<Vec<_>>>()?;
-        if let Some((last, _)) = batch.last() {
-            self.left.after(last, self.kind.reverse);
-        }
-        batch.reverse();
-        self.batch = batch;
         Ok(())
     }
 
