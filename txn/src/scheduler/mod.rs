@@ -12,9 +12,10 @@
 //!    command's action over it, the modifications buffered. An error or a
 //!    panic ends here: nothing is written. A caller that would only block
 //!    on the answer (a blocking command, the client's last prewrite batch)
-//!    runs it with `Scheduler::run_inline`: when its latches are free at
-//!    once it is processed and written on the caller's thread, saving two
-//!    thread wake-ups, the boxed job and the reply slot.
+//!    runs it with `Scheduler::run_inline`: it is processed and written on
+//!    the caller's thread, saving two thread wake-ups, the boxed job and
+//!    the reply slot; if it waited for a latch, the command releasing it
+//!    hands the latches to the blocked caller instead of to a worker.
 //! 4. **Write**: all the modifications in one atomic engine write. With
 //!    [`Durability::Sync`], writes go to a single writer thread that groups
 //!    the writes of concurrent commands into one synced engine write (group
@@ -132,7 +133,16 @@ impl WaitLimit {
 struct Task<E> {
     lock: latches::Lock,
     limit: Option<WaitLimit>,
-    job: Job<E>,
+    runner: Runner<E>,
+}
+
+/// Who runs a command once it holds its latches.
+enum Runner<E> {
+    /// A worker, with the job submitted.
+    Worker(Job<E>),
+    /// The thread that called [`Scheduler::run_inline`], blocked until it
+    /// is handed the latches.
+    Caller(Completer<latches::Lock>),
 }
 
 /// A processed command whose modifications are being written.
@@ -292,7 +302,7 @@ impl<E: Engine> Scheduler<E> {
                 .latches
                 .gen_lock(keys.iter().map(Key::as_encoded)),
             limit,
-            job,
+            runner: Runner::Worker(job),
         };
         self.inner.tasks[shard(cid)].lock().insert(cid, task);
         if !Inner::try_dispatch(&self.inner, cid) {
@@ -301,14 +311,15 @@ impl<E: Engine> Scheduler<E> {
         Ok(())
     }
 
-    /// Runs a write command on the calling thread when its latches are all
-    /// free at once: processed, written (or handed to the group-commit
-    /// writer) and answered here, without boxing `job` or a reply slot.
-    /// A command that finds a latch taken waits for it as a submitted one
-    /// does, and a worker processes it. For callers that block on the
+    /// Runs a write command on the calling thread: processed, written (or
+    /// handed to the group-commit writer) and answered here, without
+    /// boxing `job` or a reply slot. A command that finds a latch taken
+    /// waits for it in arrival order as a submitted one does, blocked here
+    /// until the command releasing the last latch it waits for hands the
+    /// latches over, and then runs here too. For callers that block on the
     /// answer anyway: it saves the hand-off to a worker and back (two
-    /// thread wake-ups). `job` returns what to write and the answer once
-    /// it is written.
+    /// thread wake-ups; one, after a latch wait). `job` returns what to
+    /// write and the answer once it is written.
     pub(crate) fn run_inline<T, F>(
         &self,
         keys: &[Key],
@@ -329,15 +340,15 @@ impl<E: Engine> Scheduler<E> {
             // mutex is released, so the wake-up of its releaser finds it.
             let mut tasks = inner.tasks[shard(cid)].lock();
             if !inner.latches.acquire(&mut lock, cid) {
-                let (completer, answer) = pending();
-                let job: Job<E> = Box::new(move |input| {
-                    let (finish, output) = job(input);
-                    (finish, answer_with(completer, output))
-                });
-                tasks.insert(cid, Task { lock, limit, job });
+                let (completer, granted) = pending();
+                let runner = Runner::Caller(completer);
+                tasks.insert(cid, Task { lock, limit, runner });
                 drop(tasks);
                 inner.latch_waits.fetch_add(1, Ordering::Relaxed);
-                return answer.wait();
+                // Only a release hands the latches over (`try_dispatch`);
+                // the completer is never dropped unanswered while the
+                // scheduler, borrowed here, lives.
+                lock = granted.wait()?;
             }
         }
         let Some(((finish, output), injected)) = inner.run_job(limit, job) else {
@@ -570,13 +581,19 @@ impl<E: Engine> Inner<E> {
     }
 
     /// Acquires what it can of `cid`'s latches; once all are held, sends
-    /// the command to a worker. Whether it was sent.
+    /// the command to a worker, or hands the latches to the caller blocked
+    /// on it. Whether it was sent or handed over.
     fn try_dispatch(this: &Arc<Self>, cid: CommandId) -> bool {
-        let Some(task) = Inner::try_acquire(this, cid) else {
+        let Some(Task { lock, limit, runner }) = Inner::try_acquire(this, cid) else {
             return false;
         };
-        let inner = this.clone();
-        this.spawn(Box::new(move || inner.process(cid, task)));
+        match runner {
+            Runner::Worker(job) => {
+                let inner = this.clone();
+                this.spawn(Box::new(move || inner.process(cid, lock, limit, job)));
+            }
+            Runner::Caller(completer) => completer.complete(Ok(lock)),
+        }
         true
     }
 
@@ -597,8 +614,7 @@ impl<E: Engine> Inner<E> {
 
     /// Runs a submitted command that holds its latches, writes what it
     /// produced and answers.
-    fn process(self: &Arc<Self>, cid: CommandId, task: Task<E>) {
-        let Task { lock, limit, job } = task;
+    fn process(self: &Arc<Self>, cid: CommandId, lock: latches::Lock, limit: Option<WaitLimit>, job: Job<E>) {
         let Some(((finish, reply), injected)) = self.run_job(limit, job) else {
             // The job's reply was dropped while unwinding (answered
             // Aborted), and its memory-lock guards with it.

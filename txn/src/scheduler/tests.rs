@@ -306,3 +306,64 @@ fn dropping_the_storage_finishes_queued_commands_and_stops_its_threads() {
     }
     assert_eq!(engine.modifies_written(), 16);
 }
+
+/// A command that reports the thread it runs on.
+struct RunsOn {
+    keys: Vec<Key>,
+    thread: mpsc::Sender<std::thread::ThreadId>,
+}
+
+impl crate::commands::WriteCommand for RunsOn {
+    type Output = ();
+
+    fn latch_keys(&self) -> Vec<Key> {
+        self.keys.clone()
+    }
+
+    fn process<S: percolate_engine::Snapshot>(
+        self,
+        _ctx: crate::commands::WriteContext<'_, S>,
+    ) -> Result<WriteResult<()>> {
+        self.thread.send(std::thread::current().id()).unwrap();
+        Ok(WriteResult::new(percolate_mvcc::MvccTxn::new(ts(1)), ()))
+    }
+}
+
+#[test]
+fn a_blocking_write_that_waits_for_a_latch_runs_on_its_own_thread_once_released() {
+    let (storage, _) = storage_with(SchedulerConfig {
+        worker_threads: 2,
+        ..Default::default()
+    });
+    let storage = Arc::new(storage);
+    let (blocker, entered, go) = gate(&["a"]);
+    let blocked = storage.sched_write(blocker);
+    entered.recv().unwrap();
+    let (thread_tx, ran_on) = mpsc::channel();
+    let waiter = {
+        let storage = storage.clone();
+        std::thread::spawn(move || {
+            let cmd = RunsOn {
+                keys: vec![key("b"), key("a")],
+                thread: thread_tx,
+            };
+            storage.write(cmd).unwrap();
+            std::thread::current().id()
+        })
+    };
+    until("the write waits for the latch", || {
+        storage.scheduler().latch_waits() == 1
+    });
+    assert!(
+        ran_on.try_recv().is_err(),
+        "ran while the latch was held"
+    );
+    go.send(()).unwrap();
+    blocked.wait().unwrap();
+    let waiter_thread = waiter.join().unwrap();
+    assert_eq!(ran_on.recv().unwrap(), waiter_thread, "not on a worker");
+    assert_eq!(storage.scheduler().in_flight(), 0);
+    // Its latches were released: both keys take a write at once.
+    storage.prewrite(put("a", 20)).unwrap();
+    storage.prewrite(put("b", 21)).unwrap();
+}
