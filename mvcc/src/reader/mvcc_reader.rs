@@ -478,7 +478,9 @@ impl<S: Snapshot> MvccReader<S> {
         stats.seek += 1;
         let mut valid = cursor.seek(&self.seek_buf)?;
         while valid {
-            let Some((commit_ts, write)) = parse_version(key, cursor.key(), cursor.value())? else {
+            let Some((commit_ts, write)) =
+                parse_version(key.as_encoded(), cursor.key(), cursor.value())?
+            else {
                 break;
             };
             if let ControlFlow::Break(found) = visit(commit_ts, write)? {
@@ -648,14 +650,15 @@ pub(crate) fn split_stored_key(cf: Cf, stored: &[u8]) -> Result<(&[u8], TimeStam
     Key::split_on_ts_for(stored).map_err(|e| Error::corruption(cf, stored, e))
 }
 
-/// The record at a write-CF cursor position if it belongs to `key`.
+/// The record at a write-CF cursor position if it belongs to the user key
+/// `key` (encoded).
 pub(crate) fn parse_version<'a>(
-    key: &Key,
+    key: &[u8],
     stored_key: &[u8],
     value: &'a [u8],
 ) -> Result<Option<(TimeStamp, WriteRef<'a>)>> {
     let (user, commit_ts) = split_stored_key(Cf::Write, stored_key)?;
-    if user != key.as_encoded().as_slice() {
+    if user != key {
         return Ok(None);
     }
     let write = WriteRef::parse(value).map_err(|e| Error::corruption(Cf::Write, stored_key, e))?;

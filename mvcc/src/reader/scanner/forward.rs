@@ -3,11 +3,12 @@
 //! Invariant between chunks: the write cursor rests on the first (newest)
 //! record of the next user key to visit, or is invalid.
 
-use percolate_engine::{Cf, EngineIterator, Snapshot};
+use percolate_engine::{Cf, EngineIterator, Snapshot, TS_SUFFIX_LEN};
 
 use super::{Committed, SEEK_BOUND, ScannerCore, Span};
 use crate::codec::encode_u64_desc;
-use crate::reader::mvcc_reader::{parse_version, split_stored_key};
+use crate::reader::mvcc_reader::parse_version;
+use crate::reader::rc_check_ts_conflict;
 use crate::{Error, Key, Result, TimeStamp, WriteRef, WriteType};
 
 /// Scans ascending keys. Built by [`ScannerBuilder`](super::ScannerBuilder).
@@ -42,19 +43,19 @@ impl<S: Snapshot> ScannerCore<S> {
         Ok(self.write.next()?)
     }
 
-    fn seek_write(&mut self, key: &Key, ts: TimeStamp) -> Result<bool> {
+    fn seek_write(&mut self, key: Span, ts: TimeStamp) -> Result<bool> {
         self.statistics.write.seek += 1;
         let mut target = Vec::with_capacity(key.len() + 8);
-        target.extend_from_slice(key.as_encoded());
+        target.extend_from_slice(&self.arena[key]);
         encode_u64_desc(&mut target, ts.into_inner());
         Ok(self.write.seek(&target)?)
     }
 
-    /// What the write CF says of `key`, whose first record is under the
-    /// write cursor; leaves the cursor on the next user key. `first_ts` is
-    /// the commit_ts of that first record, already read. An inlined value
-    /// goes to the arena.
-    pub(super) fn read_key(&mut self, key: &Key, first_ts: TimeStamp) -> Result<Committed> {
+    /// What the write CF says of the user key at `key` in the arena, whose
+    /// first record is under the write cursor; leaves the cursor on the
+    /// next user key. `first_ts` is the commit_ts of that first record,
+    /// already read. An inlined value goes to the arena.
+    pub(super) fn read_key(&mut self, key: Span, first_ts: TimeStamp) -> Result<Committed> {
         let ts = self.config.ts;
         let mut visible = Visible::Unknown;
         let mut steps = 0;
@@ -65,19 +66,21 @@ impl<S: Snapshot> ScannerCore<S> {
                 Some(commit_ts) => WriteRef::parse(cursor.value())
                     .map(|write| Some((commit_ts, write)))
                     .map_err(|e| Error::corruption(Cf::Write, cursor.key(), e))?,
-                None => parse_version(key, cursor.key(), cursor.value())?,
+                None => parse_version(&self.arena[key.clone()], cursor.key(), cursor.value())?,
             };
             let Some((commit_ts, write)) = version else {
                 break;
             };
             if commit_ts > ts {
-                if let Err(e) = self.rc_check_ts_conflict(key, commit_ts) {
+                if self.checks_newer_writes() {
+                    let user = Key::from_encoded(self.arena[key.clone()].to_vec());
+                    let conflict = rc_check_ts_conflict(&user, ts, commit_ts);
                     self.skip_rest_of(key)?;
-                    return Err(e);
+                    return Err(conflict);
                 }
-                if steps >= SEEK_BOUND && !self.checks_newer_writes() {
+                if steps >= SEEK_BOUND {
                     // Many versions above the read ts: jump over them.
-                    self.seek_write(key, ts)?;
+                    self.seek_write(key.clone(), ts)?;
                     steps = 0;
                     continue;
                 }
@@ -112,13 +115,14 @@ impl<S: Snapshot> ScannerCore<S> {
         })
     }
 
-    /// Moves the write cursor past every remaining record of `key`.
-    fn skip_rest_of(&mut self, key: &Key) -> Result<()> {
+    /// Moves the write cursor past every remaining record of the user key
+    /// at `key` in the arena.
+    fn skip_rest_of(&mut self, key: Span) -> Result<()> {
         let mut steps = 0;
-        while self.on_key(key)? {
+        while self.on_key(key.clone())? {
             if steps >= SEEK_BOUND {
                 // `key@0` is the last position a version of `key` can take.
-                self.seek_write(key, TimeStamp::zero())?;
+                self.seek_write(key.clone(), TimeStamp::zero())?;
                 if self.on_key(key)? {
                     self.step_write()?;
                 }
@@ -130,13 +134,17 @@ impl<S: Snapshot> ScannerCore<S> {
         Ok(())
     }
 
-    /// Whether the write cursor rests on a record of `key`.
-    fn on_key(&mut self, key: &Key) -> Result<bool> {
+    /// Whether the write cursor rests on a record of the user key at `key`
+    /// in the arena.
+    fn on_key(&mut self, key: Span) -> Result<bool> {
         let cursor = &self.write;
         if !cursor.valid()? {
             return Ok(false);
         }
-        let (user, _) = split_stored_key(Cf::Write, cursor.key())?;
-        Ok(user == key.as_encoded().as_slice())
+        // A stored key is the encoded user key and an 8-byte ts: no need
+        // to split it (one too short to hold a ts is reported as corrupt
+        // where the next key is read).
+        let (stored, user) = (cursor.key(), &self.arena[key]);
+        Ok(stored.len() == user.len() + TS_SUFFIX_LEN && stored.starts_with(user))
     }
 }

@@ -19,7 +19,7 @@ use percolate_engine::{Cf, EngineIterator, IterOptions, Snapshot};
 
 use super::{
     IsolationLevel, LockDecision, LockPolicy, MvccReader, Statistics, TsSet, check_lock_conflict,
-    check_rc_newer_write, rc_check_ts_conflict,
+    check_rc_newer_write,
 };
 use crate::{Error, Key, Lock, LockType, Result, TimeStamp};
 
@@ -288,7 +288,9 @@ enum Entry {
 /// cursor, bounded to exactly the key range those keys span, lists the
 /// locks there, and the two are merged: a key's lock, where it has one, is
 /// judged by the lock rule before its committed value counts. The merged
-/// entries wait in a buffer for [`Scanner::next`] to hand out.
+/// entries wait in a buffer for [`Scanner::next`] to hand out; a chunk
+/// whose range holds no lock (the common case) is handed out as it was
+/// read, without the copy into the buffer.
 ///
 /// The lock cursor's bounds are what make this cheap. A lock CF holds a
 /// tombstone for every lock a commit or rollback released, until compaction
@@ -302,8 +304,15 @@ struct ScannerCore<S: Snapshot> {
     reader: MvccReader<S>,
     statistics: Statistics,
     started: bool,
-    /// Entries merged but not handed out yet, in scan order.
+    /// Entries merged but not handed out yet, in scan order, after those
+    /// of `ready`.
     buffer: VecDeque<Entry>,
+    /// A chunk met no lock: its keys, handed out from `ready_at` on as
+    /// they are (each key's entry is what the write CF said of it), before
+    /// anything in `buffer`.
+    ready: Vec<ChunkKey>,
+    /// The next key of `ready` to hand out.
+    ready_at: usize,
     /// The keys of the chunk being read (kept for its allocation).
     chunk: Vec<ChunkKey>,
     /// The keys and inlined values of the chunk and of the buffer, which
@@ -340,6 +349,8 @@ impl<S: Snapshot> ScannerCore<S> {
             statistics: Statistics::default(),
             started: false,
             buffer: VecDeque::new(),
+            ready: Vec::new(),
+            ready_at: 0,
             chunk: Vec::new(),
             arena: Vec::new(),
             scratch: Key::from_encoded(Vec::new()),
@@ -368,7 +379,7 @@ impl<S: Snapshot> ScannerCore<S> {
     /// and something is left. A failed chunk ends the scan.
     fn next_entry(&mut self) -> Result<Option<KvPair>> {
         loop {
-            match self.buffer.pop_front() {
+            match self.pop_entry() {
                 Some(Entry::InArena { key, value }) => {
                     let key = Key::from_encoded(self.arena[key].to_vec());
                     return Ok(Some((key, self.arena[value].to_vec())));
@@ -392,7 +403,7 @@ impl<S: Snapshot> ScannerCore<S> {
         let mut visited = 0;
         while limit == 0 || visited < limit {
             self.wanted = limit.saturating_sub(visited);
-            let Some(entry) = self.buffer.pop_front() else {
+            let Some(entry) = self.pop_entry() else {
                 if self.done {
                     break;
                 }
@@ -429,6 +440,9 @@ impl<S: Snapshot> ScannerCore<S> {
     /// scan ends here.
     fn locks_in_hand(&mut self, first: Error, room: usize) -> Vec<Error> {
         self.done = true;
+        // Locks come through the buffer only (`ready` holds a chunk without
+        // any), so none is left there.
+        debug_assert!(self.ready_at == self.ready.len());
         let mut locks = vec![first];
         for entry in self.buffer.drain(..).take(room - 1) {
             match entry {
@@ -575,13 +589,14 @@ impl<S: Snapshot> ScannerCore<S> {
             return Ok(None);
         };
         let key = Self::stash(&mut self.arena, user);
-        let user = self.take_scratch(key.clone());
         let visited = if self.config.reverse {
-            self.read_key_backward(&user)
+            let user = self.take_scratch(key.clone());
+            let visited = self.read_key_backward(&user);
+            self.scratch = user;
+            visited
         } else {
-            Ok(self.read_key(&user, first_ts))
+            Ok(self.read_key(key.clone(), first_ts))
         };
-        self.scratch = user;
         Ok(Some((key, visited?)))
     }
 
@@ -670,10 +685,13 @@ impl<S: Snapshot> ScannerCore<S> {
     /// into the buffer.
     fn merge(&mut self, mut chunk: Vec<ChunkKey>, locks: Vec<RawLock>) -> Result<()> {
         if locks.is_empty() {
-            // The common case, with nothing to interleave.
-            for ChunkKey { key, committed } in chunk.drain(..) {
-                self.push_committed(key, committed);
-            }
+            // The common case, with nothing to interleave: the chunk is
+            // handed out as it is (`fill` runs only once every entry before
+            // it is out).
+            debug_assert!(self.buffer.is_empty() && self.ready_at == self.ready.len());
+            std::mem::swap(&mut self.ready, &mut chunk);
+            self.ready_at = 0;
+            chunk.clear();
             self.chunk = chunk;
             return Ok(());
         }
@@ -716,6 +734,30 @@ impl<S: Snapshot> ScannerCore<S> {
         }
         self.chunk = chunk;
         Ok(())
+    }
+
+    /// The next entry to hand out: from `ready`, then from the buffer.
+    fn pop_entry(&mut self) -> Option<Entry> {
+        while let Some(ChunkKey { key, committed }) = self.ready.get_mut(self.ready_at) {
+            self.ready_at += 1;
+            match std::mem::replace(committed, Committed::Nothing) {
+                Committed::Nothing => {}
+                Committed::Value(value) => {
+                    let key = key.clone();
+                    return Some(Entry::InArena { key, value });
+                }
+                Committed::Failed(e) => return Some(Entry::Failed(e)),
+                committed @ Committed::Long(_) => {
+                    let owned = Key::from_encoded(self.arena[key.clone()].to_vec());
+                    match self.committed_value(&owned, Some(committed)) {
+                        Ok(Some(value)) => return Some(Entry::Owned((owned, value))),
+                        Ok(None) => {}
+                        Err(e) => return Some(Entry::Failed(Box::new(e))),
+                    }
+                }
+            }
+        }
+        self.buffer.pop_front()
     }
 
     /// Buffers the entry of a chunk's key without a lock: what the write
@@ -798,14 +840,6 @@ impl<S: Snapshot> ScannerCore<S> {
     /// fails on newer data), which rules out seeking over them.
     fn checks_newer_writes(&self) -> bool {
         self.config.policy.isolation_level == IsolationLevel::RcCheckTs
-    }
-
-    /// At RcCheckTs, any record committed above the read ts fails the read.
-    fn rc_check_ts_conflict(&self, key: &Key, commit_ts: TimeStamp) -> Result<()> {
-        if self.checks_newer_writes() && commit_ts > self.config.ts {
-            return Err(rc_check_ts_conflict(key, self.config.ts, commit_ts));
-        }
-        Ok(())
     }
 
     /// What the write CF says of `key` at the read ts, by point lookup
