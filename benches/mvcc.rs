@@ -1,7 +1,8 @@
 //! MVCC read path on RocksDB, side by side with raw RocksDB.
 //!
 //! * `point_get`: `PointGetter::get` of a committed short value vs a raw
-//!   `DB::get` of the same key and value stored plainly. Target >= 0.6x.
+//!   `DB::get` of the same key and value stored plainly. Target >= 0.8x
+//!   (the performance issue's; 0.6x before it).
 //! * `scan_10k`: a forward `Scanner` over 10,000 committed keys vs a raw
 //!   iterator over the same data stored plainly. Target >= 0.6x.
 //! * `scan_10k_lent`: the same scan through `Scanner::visit`, each pair
@@ -163,7 +164,7 @@ fn bench_point_get(c: &mut Criterion) {
         c,
         "point_get",
         "percolate_point_getter",
-        "point_get percolate/raw (target >= 0.60)",
+        "point_get percolate/raw (target >= 0.80)",
         |key| getter.get(key).unwrap().unwrap(),
     );
 }
