@@ -188,14 +188,14 @@ fn a_failed_group_write_fails_every_command_of_the_group() {
     assert_eq!(written + failed, 8);
 }
 
-/// A command that blocks inside `process` until told to go on.
-struct Gate {
+/// A command on `keys` that runs `body` inside `process`, on whichever
+/// thread processes it.
+struct Probe {
     keys: Vec<Key>,
-    entered: mpsc::Sender<()>,
-    go: mpsc::Receiver<()>,
+    body: Box<dyn FnOnce() + Send>,
 }
 
-impl crate::commands::WriteCommand for Gate {
+impl crate::commands::WriteCommand for Probe {
     type Output = ();
 
     fn latch_keys(&self) -> Vec<Key> {
@@ -206,19 +206,26 @@ impl crate::commands::WriteCommand for Gate {
         self,
         _ctx: crate::commands::WriteContext<'_, S>,
     ) -> Result<WriteResult<()>> {
-        self.entered.send(()).unwrap();
-        self.go.recv().unwrap();
+        (self.body)();
         Ok(WriteResult::new(percolate_mvcc::MvccTxn::new(ts(1)), ()))
     }
 }
 
-fn gate(keys: &[&str]) -> (Gate, mpsc::Receiver<()>, mpsc::Sender<()>) {
+fn keys(raw: &[&str]) -> Vec<Key> {
+    raw.iter().map(|k| key(k)).collect()
+}
+
+/// A command that blocks inside `process` until told to go on: it sends on
+/// the first channel once inside, and waits for the second.
+fn gate(raw: &[&str]) -> (Probe, mpsc::Receiver<()>, mpsc::Sender<()>) {
     let (entered_tx, entered_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel();
-    let gate = Gate {
-        keys: keys.iter().map(|k| key(k)).collect(),
-        entered: entered_tx,
-        go: go_rx,
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let gate = Probe {
+        keys: keys(raw),
+        body: Box::new(move || {
+            entered_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+        }),
     };
     (gate, entered_rx, go_tx)
 }
@@ -307,28 +314,6 @@ fn dropping_the_storage_finishes_queued_commands_and_stops_its_threads() {
     assert_eq!(engine.modifies_written(), 16);
 }
 
-/// A command that reports the thread it runs on.
-struct RunsOn {
-    keys: Vec<Key>,
-    thread: mpsc::Sender<std::thread::ThreadId>,
-}
-
-impl crate::commands::WriteCommand for RunsOn {
-    type Output = ();
-
-    fn latch_keys(&self) -> Vec<Key> {
-        self.keys.clone()
-    }
-
-    fn process<S: percolate_engine::Snapshot>(
-        self,
-        _ctx: crate::commands::WriteContext<'_, S>,
-    ) -> Result<WriteResult<()>> {
-        self.thread.send(std::thread::current().id()).unwrap();
-        Ok(WriteResult::new(percolate_mvcc::MvccTxn::new(ts(1)), ()))
-    }
-}
-
 #[test]
 fn a_blocking_write_that_waits_for_a_latch_runs_on_its_own_thread_once_released() {
     let (storage, _) = storage_with(SchedulerConfig {
@@ -343,9 +328,9 @@ fn a_blocking_write_that_waits_for_a_latch_runs_on_its_own_thread_once_released(
     let waiter = {
         let storage = storage.clone();
         std::thread::spawn(move || {
-            let cmd = RunsOn {
-                keys: vec![key("b"), key("a")],
-                thread: thread_tx,
+            let cmd = Probe {
+                keys: keys(&["b", "a"]),
+                body: Box::new(move || thread_tx.send(std::thread::current().id()).unwrap()),
             };
             storage.write(cmd).unwrap();
             std::thread::current().id()
