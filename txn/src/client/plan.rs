@@ -117,11 +117,17 @@ fn into_batches(
     by_region: Vec<(usize, Vec<Mutation>)>,
     max_batch_keys: usize,
 ) -> Vec<(usize, Vec<Mutation>)> {
-    let mut batches = Vec::new();
+    let max_batch_keys = max_batch_keys.max(1);
+    let mut batches = Vec::with_capacity(by_region.len());
     for (region, mutations) in by_region {
+        if mutations.len() <= max_batch_keys {
+            // One batch: the region's mutations as they are.
+            batches.push((region, mutations));
+            continue;
+        }
         let mut rest = mutations.into_iter().peekable();
         while rest.peek().is_some() {
-            let chunk = rest.by_ref().take(max_batch_keys.max(1)).collect();
+            let chunk = rest.by_ref().take(max_batch_keys).collect();
             batches.push((region, chunk));
         }
     }

@@ -345,10 +345,13 @@ impl<E: Engine> Scheduler<E> {
                 tasks.insert(cid, Task { lock, limit, runner });
                 drop(tasks);
                 inner.latch_waits.fetch_add(1, Ordering::Relaxed);
-                // Only a release hands the latches over (`try_dispatch`);
-                // the completer is never dropped unanswered while the
-                // scheduler, borrowed here, lives.
-                lock = granted.wait()?;
+                // Only a release hands the latches over (`try_dispatch`):
+                // the task leaves the table only there while the scheduler,
+                // borrowed here, lives, so its completer always answers. An
+                // error here would leak the latches and the in-flight count.
+                lock = granted
+                    .wait()
+                    .expect("a waiting caller's task is only removed by try_dispatch");
             }
         }
         let Some(((finish, output), injected)) = inner.run_job(limit, job) else {

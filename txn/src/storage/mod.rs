@@ -292,10 +292,10 @@ impl<E: Engine> Storage<E> {
     }
 
     /// Runs a write command and waits for its answer. The command runs on
-    /// the calling thread when its latches are free, which would only wait
-    /// for a worker meanwhile, and on a worker once they are released
-    /// otherwise; [`sched_write`](Self::sched_write) is the form that does
-    /// not wait.
+    /// the calling thread, which would only wait for a worker meanwhile:
+    /// at once when its latches are free, and otherwise once the command
+    /// releasing the last of them hands them over;
+    /// [`sched_write`](Self::sched_write) is the form that does not wait.
     pub fn write<C: WriteCommand>(&self, cmd: C) -> Result<C::Output> {
         self.write_with(cmd, CommandOptions::default())
     }
