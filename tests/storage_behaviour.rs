@@ -28,7 +28,8 @@ mod common;
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use percolate::engine::testing::temp_rocks_engine;
 use percolate::engine::{Engine, MemoryEngine, WriteBatch, WriteOptions};
@@ -240,16 +241,32 @@ struct StorageFixture<E: Engine> {
 impl<E: Engine> StorageFixture<E> {
     fn new(engine: E) -> Self {
         let engine = GatedEngine::new(engine);
-        let config = StorageConfig {
+        StorageFixture {
+            txn: TxnFixture::new(engine.clone()),
+            storage: Storage::new(engine, Self::config()),
+        }
+    }
+
+    fn config() -> StorageConfig {
+        StorageConfig {
             scheduler: SchedulerConfig {
                 worker_threads: 4,
                 ..Default::default()
             },
             ..Default::default()
+        }
+    }
+
+    /// The same engine under a new storage whose reads wait out a
+    /// blocking memory lock for up to `wait`.
+    fn with_memory_lock_wait(self, wait: Duration) -> Self {
+        let config = StorageConfig {
+            memory_lock_wait: wait,
+            ..Self::config()
         };
         StorageFixture {
-            txn: TxnFixture::new(engine.clone()),
-            storage: Storage::new(engine, config),
+            storage: Storage::new(self.storage.engine().clone(), config),
+            txn: self.txn,
         }
     }
 
@@ -638,6 +655,119 @@ fn i7_prewrite_in_flight_blocks_reads<E: Engine>(f: StorageFixture<E>) {
         .unwrap();
     f.must_get(b"x", 100, b"v1");
     f.must_get(b"x", 10, b"v0");
+}
+
+/// I7, waited out: a 1PC prewrite of x at s=10 is stopped inside its engine
+/// write, its memory lock published with min_commit_ts 11. A get of x at
+/// 100 and a scan over it, with reads waiting out memory locks, neither
+/// fail nor answer while it is held. Let through, the prewrite commits at
+/// 11, and both read its value: the answer a read arriving just after the
+/// prewrite gets, with no lock to resolve in between.
+fn i7_read_waits_out_a_one_pc_prewrite_in_flight<E: Engine>(f: StorageFixture<E>) {
+    let f = f.with_memory_lock_wait(HANG);
+    f.must_put_committed(b"x", b"v0", 1, 2);
+    let (arrived, release) = f.gate().hold_next_write();
+    let prewrite = f
+        .storage
+        .sched_write(Prewrite::new(vec![put(b"x", b"v1")], b"x", ts(10)).one_pc(ts(0)));
+    arrived
+        .recv_timeout(HANG)
+        .expect("the prewrite never wrote");
+    thread::scope(|scope| {
+        let get = scope.spawn(|| f.storage.get(key(b"x"), ts(100)));
+        let scan = scope.spawn(|| {
+            f.storage.scan(ScanRequest {
+                start_key: key(b""),
+                end_key: None,
+                limit: 0,
+                ts: ts(100),
+                key_only: false,
+                reverse: false,
+            })
+        });
+        thread::sleep(GRACE);
+        assert!(
+            !get.is_finished(),
+            "the get answered past a prewrite in flight"
+        );
+        assert!(
+            !scan.is_finished(),
+            "the scan answered past a prewrite in flight"
+        );
+        release.send(()).unwrap();
+        assert_eq!(prewrite.wait().unwrap().one_pc_commit_ts, Some(ts(11)));
+        assert_eq!(get.join().unwrap().unwrap().as_deref(), Some(&b"v1"[..]));
+        let pairs: Vec<_> = scan
+            .join()
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(pairs, vec![(key(b"x"), b"v1".to_vec())]);
+    });
+    f.must_get(b"x", 10, b"v0");
+}
+
+/// I7, waited out for an async-commit prewrite: once its write lands, its
+/// memory lock is gone and the stored lock is what the waiting get meets,
+/// so it fails with KeyIsLocked naming s=10, as a get sent after the
+/// prewrite does.
+fn i7_read_waits_out_an_async_commit_prewrite_then_meets_its_lock<E: Engine>(f: StorageFixture<E>) {
+    let f = f.with_memory_lock_wait(HANG);
+    f.must_put_committed(b"x", b"v0", 1, 2);
+    let (arrived, release) = f.gate().hold_next_write();
+    let prewrite = f.storage.sched_write(
+        Prewrite::new(vec![put(b"x", b"v1")], b"x", ts(10)).async_commit(vec![], ts(0)),
+    );
+    arrived
+        .recv_timeout(HANG)
+        .expect("the prewrite never wrote");
+    thread::scope(|scope| {
+        let get = scope.spawn(|| f.storage.get(key(b"x"), ts(100)));
+        thread::sleep(GRACE);
+        assert!(
+            !get.is_finished(),
+            "the get answered past a prewrite in flight"
+        );
+        release.send(()).unwrap();
+        assert_eq!(prewrite.wait().unwrap().min_commit_ts, Some(ts(11)));
+        must_locked_by(get.join().unwrap(), 10, b"x");
+    });
+    f.txn.must_locked(b"x", 10);
+}
+
+/// I7, with no wait: a storage whose reads do not wait out memory locks
+/// answers KeyIsLocked at once (TiKV's answer), and one with a short wait
+/// answers it once the wait has run out while the lock is still held.
+fn i7_memory_lock_wait_bounds_the_read<E: Engine>(f: StorageFixture<E>) {
+    f.must_put_committed(b"x", b"v0", 1, 2);
+    for wait in [Duration::ZERO, Duration::from_millis(20)] {
+        let f = StorageFixture {
+            storage: Storage::new(
+                f.storage.engine().clone(),
+                StorageConfig {
+                    memory_lock_wait: wait,
+                    ..StorageFixture::<E>::config()
+                },
+            ),
+            txn: TxnFixture::new(f.storage.engine().clone()),
+        };
+        let cm = f.storage.concurrency_manager();
+        let guards = cm.lock_keys([key(b"x")]);
+        let mut lock = Lock::new(LockType::Put, b"x".to_vec(), ts(10), 3000);
+        lock.use_one_pc = true;
+        lock.min_commit_ts = ts(11);
+        guards[0].set_lock(lock);
+        let started = Instant::now();
+        must_locked_by(f.storage.get(key(b"x"), ts(100)), 10, b"x");
+        assert!(
+            started.elapsed() >= wait,
+            "gave up before its wait: {wait:?}"
+        );
+        drop(guards);
+        f.must_get(b"x", 100, b"v0");
+    }
 }
 
 /// I8: max_ts starts at 10. A get of the empty key k at 50 raises it to 50,
@@ -1205,6 +1335,9 @@ on_both_engines!(
     i5_fallback_when_commit_ts_exceeds_max_commit_ts,
     i7_memory_lock_blocks_reads,
     i7_prewrite_in_flight_blocks_reads,
+    i7_read_waits_out_a_one_pc_prewrite_in_flight,
+    i7_read_waits_out_an_async_commit_prewrite_then_meets_its_lock,
+    i7_memory_lock_wait_bounds_the_read,
     i8_reads_bound_future_commit_ts,
     k_one_pc_commits_without_locks,
     k3_one_pc_fallback,

@@ -24,10 +24,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use percolate_mvcc::{CommittedVersion, Key, Lock, TimeStamp, VersionHints};
 
 use crate::Error;
@@ -121,6 +121,10 @@ struct Inner {
     /// Where pessimistic lock requests wait (shared by a cluster's
     /// regions).
     lock_waits: LockWaits,
+    /// How long [`ConcurrencyManager::read_key_wait`] and
+    /// [`ConcurrencyManager::read_range_wait`] wait out a blocking memory
+    /// lock.
+    memory_lock_wait: Duration,
 }
 
 impl Default for Inner {
@@ -153,6 +157,7 @@ impl Inner {
                 .collect(),
             versions,
             lock_waits,
+            memory_lock_wait: DEFAULT_MEMORY_LOCK_WAIT,
         }
     }
 
@@ -163,6 +168,10 @@ impl Inner {
 
 /// Shards of the memory lock table.
 const LOCK_SHARDS: usize = 32;
+
+/// How long a read waits out a blocking memory lock by default (see
+/// [`StorageConfig::memory_lock_wait`](crate::storage::StorageConfig::memory_lock_wait)).
+pub const DEFAULT_MEMORY_LOCK_WAIT: Duration = Duration::from_millis(5);
 
 /// The shard of `key`, from the high bits of its hash (the best mixed).
 fn shard_of(key: &Key) -> usize {
@@ -205,7 +214,34 @@ impl VersionHints for HintsHandle {
 /// The slot of one key in the memory lock table.
 #[derive(Debug, Default)]
 pub struct MemoryLock {
-    lock: Mutex<Option<Lock>>,
+    slot: Mutex<Slot>,
+    /// Signalled when the key leaves the table, if `slot.waiters` is not
+    /// zero.
+    released: Condvar,
+}
+
+/// What a [`MemoryLock`]'s mutex guards.
+#[derive(Debug, Default)]
+struct Slot {
+    /// The lock being written, once published.
+    lock: Option<Lock>,
+    /// The guard dropped: the prewrite's write is in the engine (or
+    /// failed), and the key left the table.
+    released: bool,
+    /// Readers waiting for `released`.
+    waiters: u32,
+}
+
+impl MemoryLock {
+    /// Waits until this key leaves the table or `deadline` passes; whether
+    /// it left.
+    fn wait_released(&self, deadline: Instant) -> bool {
+        let mut slot = self.slot.lock();
+        slot.waiters += 1;
+        while !slot.released && !self.released.wait_until(&mut slot, deadline).timed_out() {}
+        slot.waiters -= 1;
+        slot.released
+    }
 }
 
 /// Holds a key in the memory lock table; dropping it removes the key, on
@@ -227,7 +263,7 @@ impl KeyGuard {
     /// Publishes the lock being written for this key, for readers to see.
     #[cfg(any(test, feature = "test-util"))]
     pub fn set_lock(&self, lock: Lock) {
-        *self.handle.lock.lock() = Some(lock);
+        self.handle.slot.lock().lock = Some(lock);
     }
 }
 
@@ -241,6 +277,14 @@ impl Drop for KeyGuard {
             table.remove(&self.key);
             self.shard.entries.store(table.len(), Ordering::SeqCst);
         }
+        drop(table);
+        // After the key left the table: a woken reader looks again and
+        // does not find this handle.
+        let mut slot = self.handle.slot.lock();
+        slot.released = true;
+        if slot.waiters > 0 {
+            self.handle.released.notify_all();
+        }
     }
 }
 
@@ -249,7 +293,7 @@ impl Drop for KeyGuard {
 /// keys waits until [`publish`](Self::publish) and then sees the lock. See
 /// [`ConcurrencyManager::lock_for_publish`].
 pub struct PublishGuard<'a> {
-    slots: Vec<(&'a Key, MutexGuard<'a, Option<Lock>>)>,
+    slots: Vec<(&'a Key, MutexGuard<'a, Slot>)>,
 }
 
 impl std::fmt::Debug for PublishGuard<'_> {
@@ -265,7 +309,7 @@ impl PublishGuard<'_> {
     /// (`None` leaves the key unlocked) and lets readers in.
     pub fn publish(mut self, mut lock_of: impl FnMut(&Key) -> Option<Lock>) {
         for (key, slot) in &mut self.slots {
-            **slot = lock_of(key);
+            slot.lock = lock_of(key);
         }
     }
 }
@@ -302,6 +346,7 @@ impl ConcurrencyManager {
     /// wait in `lock_waits` (a table shared with other regions), and version
     /// hints take at most `version_hint_bytes` (see
     /// [`StorageConfig::version_hint_bytes`](crate::storage::StorageConfig::version_hint_bytes)).
+    #[cfg(any(test, feature = "test-util"))]
     pub fn with_parts(
         latest_ts: TimeStamp,
         limit: Option<MaxTsLimit>,
@@ -310,6 +355,25 @@ impl ConcurrencyManager {
     ) -> Self {
         ConcurrencyManager {
             inner: Arc::new(Inner::new(latest_ts, limit, lock_waits, version_hint_bytes)),
+        }
+    }
+
+    /// The manager of a storage opened with `config`: `max_ts`, its
+    /// limit, the lock-wait table and the version hints from its fields
+    /// (as `with_parts` takes them), and reads waiting out a blocking memory lock for
+    /// [`StorageConfig::memory_lock_wait`].
+    ///
+    /// [`StorageConfig::memory_lock_wait`]: crate::storage::StorageConfig::memory_lock_wait
+    pub fn for_storage(config: &crate::storage::StorageConfig) -> Self {
+        let mut inner = Inner::new(
+            config.initial_max_ts,
+            config.max_ts_limit.clone(),
+            config.lock_waits.clone(),
+            config.version_hint_bytes,
+        );
+        inner.memory_lock_wait = config.memory_lock_wait;
+        ConcurrencyManager {
+            inner: Arc::new(inner),
         }
     }
 
@@ -459,29 +523,77 @@ impl ConcurrencyManager {
     pub fn lock_for_publish<'a>(&self, guards: &'a [KeyGuard]) -> (TimeStamp, PublishGuard<'a>) {
         let slots = guards
             .iter()
-            .map(|g| (&g.key, g.handle.lock.lock()))
+            .map(|g| (&g.key, g.handle.slot.lock()))
             .collect();
         (self.max_ts(), PublishGuard { slots })
     }
 
     /// Runs `check` on the memory lock of `key`, if one is published.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn read_key_check<E>(
         &self,
         key: &Key,
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.key_blocker(key, &check).map_err(|(e, _)| e)
+    }
+
+    /// [`read_key_check`](Self::read_key_check), but a memory lock that
+    /// fails `check` is waited out first, for up to the manager's memory
+    /// lock wait (see
+    /// [`StorageConfig::memory_lock_wait`](crate::storage::StorageConfig::memory_lock_wait)),
+    /// and the key checked again once it leaves the table: such a lock
+    /// lasts one engine write, and once it is gone the read finds the
+    /// prewrite's outcome in the engine (a 1PC commit, or a lock in the
+    /// lock CF). `check`'s error if a blocking lock is still there when
+    /// the wait runs out.
+    pub fn read_key_wait<E>(
+        &self,
+        key: &Key,
+        check: impl Fn(&Lock, &Key) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.waiting(|| self.key_blocker(key, &check))
+    }
+
+    /// Runs `find` (which answers the first memory lock that blocks, with
+    /// its handle) until nothing blocks, waiting for each blocking lock to
+    /// leave the table, until the memory lock wait runs out.
+    fn waiting<E>(
+        &self,
+        mut find: impl FnMut() -> Result<(), (E, Arc<MemoryLock>)>,
+    ) -> Result<(), E> {
+        let mut deadline = None;
+        loop {
+            let (e, handle) = match find() {
+                Ok(()) => return Ok(()),
+                Err(blocked) => blocked,
+            };
+            let wait = self.inner.memory_lock_wait;
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + wait);
+            if wait.is_zero() || !handle.wait_released(deadline) {
+                return Err(e);
+            }
+        }
+    }
+
+    /// The memory lock of `key` if it is published and fails `check`.
+    fn key_blocker<E>(
+        &self,
+        key: &Key,
+        check: &impl Fn(&Lock, &Key) -> Result<(), E>,
+    ) -> Result<(), (E, Arc<MemoryLock>)> {
         let shard = self.inner.shard(key);
         if Self::is_empty(shard) {
             return Ok(());
         }
-        let handle = shard.table.lock().get(key).cloned();
-        match handle {
-            Some(h) => match &*h.lock.lock() {
-                Some(lock) => check(lock, key),
-                None => Ok(()),
-            },
+        let Some(handle) = shard.table.lock().get(key).cloned() else {
+            return Ok(());
+        };
+        let blocked = match &handle.slot.lock().lock {
+            Some(lock) => check(lock, key),
             None => Ok(()),
-        }
+        };
+        blocked.map_err(|e| (e, handle))
     }
 
     /// Runs `check` on every published memory lock with a key in `[start,
@@ -493,6 +605,29 @@ impl ConcurrencyManager {
         end: Option<&Key>,
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.range_blocker(start, end, &check).map_err(|(e, _)| e)
+    }
+
+    /// [`read_range_check`](Self::read_range_check), waiting out a
+    /// blocking memory lock as [`read_key_wait`](Self::read_key_wait) does
+    /// and checking the whole range again once it is gone.
+    pub fn read_range_wait<E>(
+        &self,
+        start: Option<&Key>,
+        end: Option<&Key>,
+        check: impl Fn(&Lock, &Key) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.waiting(|| self.range_blocker(start, end, &check))
+    }
+
+    /// The first memory lock in `[start, end)`, in key order, that is
+    /// published and fails `check`.
+    fn range_blocker<E>(
+        &self,
+        start: Option<&Key>,
+        end: Option<&Key>,
+        check: &impl Fn(&Lock, &Key) -> Result<(), E>,
+    ) -> Result<(), (E, Arc<MemoryLock>)> {
         if start.zip(end).is_some_and(|(s, e)| s >= e) {
             return Ok(());
         }
@@ -512,9 +647,11 @@ impl ConcurrencyManager {
         }
         handles.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         for (key, handle) in handles {
-            if let Some(lock) = &*handle.lock.lock() {
-                check(lock, &key)?;
-            }
+            let blocked = match &handle.slot.lock().lock {
+                Some(lock) => check(lock, &key),
+                None => Ok(()),
+            };
+            blocked.map_err(|e| (e, handle.clone()))?;
         }
         Ok(())
     }
@@ -530,7 +667,7 @@ impl ConcurrencyManager {
             .collect();
         handles
             .iter()
-            .filter_map(|h| h.lock.lock().as_ref().map(|l| l.ts))
+            .filter_map(|h| h.slot.lock().lock.as_ref().map(|l| l.ts))
             .min()
     }
 }

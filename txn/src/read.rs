@@ -94,7 +94,7 @@ pub fn get<E: Engine>(
 ) -> Result<Option<Vec<u8>>> {
     note_read(cm, ts, options)?;
     if options.isolation_level == IsolationLevel::Si {
-        cm.read_key_check(key, |lock, key| {
+        cm.read_key_wait(key, |lock, key| {
             check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
         })?;
     }
@@ -130,7 +130,7 @@ pub fn batch_get<E: Engine>(
     note_read(cm, ts, options)?;
     if options.isolation_level == IsolationLevel::Si {
         for key in keys {
-            cm.read_key_check(key, |lock, key| {
+            cm.read_key_wait(key, |lock, key| {
                 check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
             })?;
         }
@@ -201,7 +201,7 @@ fn scanner<E: Engine>(
     };
     note_read(cm, request.ts, options)?;
     if options.isolation_level == IsolationLevel::Si {
-        cm.read_range_check(lower.as_ref(), upper.as_ref(), |lock, key| {
+        cm.read_range_wait(lower.as_ref(), upper.as_ref(), |lock, key| {
             check_lock_blocks_read(lock, key, request.ts, &options.bypass_locks)
         })?;
     }

@@ -555,17 +555,11 @@ impl<E: Engine> Client<E> {
         &self,
         mut work: impl FnMut(&mut PessimisticTransaction<E>) -> Result<T>,
     ) -> Result<T> {
-        let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
-        let mut attempt = 1;
+        let mut retries = Retries::new(self.inner.config.max_retries);
         loop {
             let mut txn = self.begin_pessimistic()?;
-            let result = work(&mut txn).and_then(|out| txn.commit().map(|_| out));
-            match result {
-                Err(e) if e.is_retryable() && attempt < self.inner.config.max_retries => {
-                    attempt += 1;
-                    self.inner.metrics.retry();
-                    backoff.sleep();
-                }
+            match work(&mut txn).and_then(|out| txn.commit().map(|_| out)) {
+                Err(e) if retries.again(&e, &self.inner.metrics) => {}
                 other => return other,
             }
         }
@@ -680,8 +674,7 @@ impl<E: Engine> Client<E> {
         &self,
         mut work: impl FnMut(&mut Transaction<E>) -> std::result::Result<T, TxnError<U>>,
     ) -> std::result::Result<T, TxnError<U>> {
-        let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
-        let mut attempt = 1;
+        let mut retries = Retries::new(self.inner.config.max_retries);
         loop {
             let mut txn = self.begin()?;
             let result = match work(&mut txn) {
@@ -690,13 +683,7 @@ impl<E: Engine> Client<E> {
                 Err(e) => Err(e),
             };
             match result {
-                Err(TxnError::Storage(e))
-                    if e.is_retryable() && attempt < self.inner.config.max_retries =>
-                {
-                    attempt += 1;
-                    self.inner.metrics.retry();
-                    backoff.sleep();
-                }
+                Err(TxnError::Storage(e)) if retries.again(&e, &self.inner.metrics) => {}
                 other => return other,
             }
         }
@@ -708,17 +695,11 @@ impl<E: Engine> Client<E> {
         &self,
         mut work: impl FnMut(&mut Transaction<E>) -> Result<T>,
     ) -> Result<(T, CommitInfo)> {
-        let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
-        let mut attempt = 1;
+        let mut retries = Retries::new(self.inner.config.max_retries);
         loop {
             let mut txn = self.begin()?;
-            let result = work(&mut txn).and_then(|out| txn.commit().map(|info| (out, info)));
-            match result {
-                Err(e) if e.is_retryable() && attempt < self.inner.config.max_retries => {
-                    attempt += 1;
-                    self.inner.metrics.retry();
-                    backoff.sleep();
-                }
+            match work(&mut txn).and_then(|out| txn.commit().map(|info| (out, info))) {
+                Err(e) if retries.again(&e, &self.inner.metrics) => {}
                 other => return other,
             }
         }
@@ -787,6 +768,43 @@ impl Backoff {
         let nanos = self.next.as_nanos().min(u128::from(u64::MAX)) as u64;
         std::thread::sleep(Duration::from_nanos(rand::random_range(0..=nanos)));
         self.next = (self.next * 2).min(self.max);
+    }
+}
+
+/// The retry policy of [`Client::with_retry`] and its kin: up to
+/// `max_retries` attempts in all, a jittered backoff (2 ms, doubling to
+/// 200 ms) before each retry.
+///
+/// Not even the first retry after a write conflict goes at once: on a hot
+/// key the next start_ts usually lands below the commit of a writer
+/// already in flight, and an immediate retry met a second conflict about
+/// half the time (YCSB-A zipfian, 4 threads: conflicts per operation
+/// doubled, throughput unchanged).
+struct Retries {
+    backoff: Backoff,
+    attempt: usize,
+    max: usize,
+}
+
+impl Retries {
+    fn new(max: usize) -> Self {
+        Retries {
+            backoff: Backoff::new(Duration::from_millis(2), Duration::from_millis(200)),
+            attempt: 1,
+            max,
+        }
+    }
+
+    /// Whether to run again after `e`; if so, counts the retry and waits
+    /// as the policy says first.
+    fn again(&mut self, e: &Error, metrics: &crate::metrics::Metrics) -> bool {
+        if !e.is_retryable() || self.attempt >= self.max {
+            return false;
+        }
+        self.attempt += 1;
+        metrics.retry();
+        self.backoff.sleep();
+        true
     }
 }
 

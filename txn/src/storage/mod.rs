@@ -94,6 +94,16 @@ pub struct StorageConfig {
     /// allocated in 64 pieces as keys arrive. 0 turns the hints off (every
     /// point read seeks). Defaults to 64 MiB, about 262,000 keys.
     pub version_hint_bytes: usize,
+    /// How long a read that meets a blocking in-memory lock (an
+    /// async-commit or 1PC prewrite between taking its keys and writing
+    /// them) waits for that prewrite's write before it fails with
+    /// `KeyIsLocked`. Such a lock lasts one engine write; once it is gone
+    /// the read goes on and finds the prewrite's outcome (a 1PC commit, or
+    /// a lock in the lock CF to resolve), which spares the caller a lock
+    /// resolution and a back-off for a lock that was about to go. Zero
+    /// fails at once, as TiKV does. `ScanLock` never waits. Defaults to
+    /// 5 ms.
+    pub memory_lock_wait: Duration,
     /// Where the storage counts its commands ([`crate::metrics`]).
     /// Storages given clones of one `Arc` (a
     /// [`Cluster`](crate::cluster::Cluster)'s regions, a client's) count
@@ -110,6 +120,7 @@ impl Default for StorageConfig {
             key_range: None,
             lock_waits: LockWaits::default(),
             version_hint_bytes: crate::versions::DEFAULT_BYTES,
+            memory_lock_wait: crate::concurrency_manager::DEFAULT_MEMORY_LOCK_WAIT,
             metrics: Arc::default(),
         }
     }
@@ -179,12 +190,7 @@ impl Storage<RocksEngine> {
 impl<E: Engine> Storage<E> {
     /// A storage over `engine`.
     pub fn new(engine: E, config: StorageConfig) -> Self {
-        let cm = ConcurrencyManager::with_parts(
-            config.initial_max_ts,
-            config.max_ts_limit.clone(),
-            config.lock_waits.clone(),
-            config.version_hint_bytes,
-        );
+        let cm = ConcurrencyManager::for_storage(&config);
         Storage {
             scheduler: Scheduler::new(engine, cm, &config.scheduler),
             metrics: config.metrics,
