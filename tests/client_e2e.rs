@@ -657,6 +657,57 @@ fn every_read_waits_out_a_prewrite_in_flight() {
     );
 }
 
+/// An async-commit transaction past its prewrite (its commit point) is
+/// committing: a read that meets its lock waits for the commit to remove
+/// it (`ClientConfig::async_commit_read_wait`) rather than resolving it,
+/// and reads the committed value. No lock is resolved, so no
+/// `CheckTxnStatus` is sent. With the wait off, the same read resolves the
+/// lock (finding the transaction alive, as it is) and backs off until the
+/// commit; it reads the same value.
+#[test]
+fn a_read_waits_for_an_async_commit_to_finish() {
+    for wait in [Duration::from_secs(10), Duration::ZERO] {
+        let db = open(ClientConfig {
+            async_commit_read_wait: wait,
+            ..ClientConfig::default()
+        });
+        let client = &db.client;
+        commit(client, &[("h", "1")]);
+        let storage = client.cluster().region_for(b"h").storage();
+        let start_ts = client.oracle().get_ts().unwrap();
+        let prewrite = Prewrite::new(
+            vec![Mutation::put(Key::from_raw(b"h"), b"2".to_vec())],
+            b"h",
+            start_ts,
+        )
+        .async_commit(vec![], TimeStamp::zero());
+        let min_commit_ts = storage.prewrite(prewrite).unwrap().min_commit_ts.unwrap();
+        let reader = client.begin().unwrap();
+        assert!(reader.start_ts() >= min_commit_ts);
+        let committed = AtomicBool::new(false);
+        thread::scope(|scope| {
+            scope.spawn(|| {
+                thread::sleep(Duration::from_millis(100));
+                committed.store(true, Ordering::SeqCst);
+                storage
+                    .commit(vec![Key::from_raw(b"h")], start_ts, min_commit_ts)
+                    .unwrap();
+            });
+            assert_eq!(reader.get(b"h").unwrap(), Some(b"2".to_vec()));
+            assert!(committed.load(Ordering::SeqCst), "read before the commit");
+        });
+        let resolved: u64 = client.metrics().resolved.iter().map(|(_, n)| n).sum();
+        if wait.is_zero() {
+            assert!(resolved > 0, "the lock was not resolved");
+        } else {
+            assert_eq!(
+                resolved, 0,
+                "the reader resolved the lock instead of waiting"
+            );
+        }
+    }
+}
+
 /// Write skew is **allowed** under snapshot isolation: two transactions
 /// read the same two keys, each writes the key the other did not, and
 /// neither write conflicts with the other's, so both commit, although no

@@ -124,6 +124,9 @@ struct Watched {
 struct Waiter {
     id: u64,
     start_ts: TimeStamp,
+    /// A reader ([`LockWaits::wait_for_release`]): woken at every release
+    /// of the key, and never the oldest waiter.
+    reader: bool,
     /// Set by a release: when the waiter may run again.
     wake_at: Option<Instant>,
     /// What it sleeps on (with the state's mutex), so that a release
@@ -236,11 +239,16 @@ impl LockWaits {
                 continue;
             };
             watched.releases += 1;
-            let oldest = watched.waiters.iter().map(|w| w.start_ts).min();
+            let oldest = watched
+                .waiters
+                .iter()
+                .filter(|w| !w.reader)
+                .map(|w| w.start_ts)
+                .min();
             for waiter in &mut watched.waiters {
                 // The others are not woken: they look again by themselves
                 // (see `sleep`).
-                let at = if Some(waiter.start_ts) == oldest {
+                let at = if waiter.reader || Some(waiter.start_ts) == oldest {
                     woken.push(waiter.wake.clone());
                     now
                 } else {
@@ -314,6 +322,50 @@ impl LockWaits {
         Ok(outcome)
     }
 
+    /// Waits, as a reader, for the lock on `key` (one of the ticket's keys)
+    /// to be released, at most `timeout`: [`WaitOutcome::Released`] at once
+    /// if it was released since the ticket was taken.
+    ///
+    /// Unlike [`wait`](Self::wait), a reader is no edge of the wait-for
+    /// graph (it holds up no one: a transaction whose lock a reader meets
+    /// is committing, not waiting for the reader), and every release of
+    /// the key wakes it at once.
+    pub(crate) fn wait_for_release(
+        &self,
+        ticket: &WatchTicket,
+        key: &Key,
+        timeout: Duration,
+    ) -> WaitOutcome {
+        let hash = key_hash(key);
+        let Some(&(_, seen)) = ticket.seen.iter().find(|(h, _)| *h == hash) else {
+            return WaitOutcome::Released;
+        };
+        let deadline = Instant::now() + timeout;
+        let mut state = self.inner.state.lock();
+        if state.keys.get(&hash).map_or(seen, |w| w.releases) != seen {
+            return WaitOutcome::Released;
+        }
+        let id = state.next_waiter;
+        state.next_waiter += 1;
+        state
+            .keys
+            .get_mut(&hash)
+            .expect("a ticket keeps its keys watched")
+            .waiters
+            .push(Waiter {
+                id,
+                start_ts: TimeStamp::zero(),
+                reader: true,
+                wake_at: None,
+                wake: Arc::default(),
+            });
+        let outcome = self.sleep(&mut state, hash, id, deadline);
+        if let Some(watched) = state.keys.get_mut(&hash) {
+            watched.waiters.retain(|w| w.id != id);
+        }
+        outcome
+    }
+
     /// Sleeps until the waiter `id` on the key `hash` is woken by a release,
     /// or `deadline` passes.
     fn sleep(
@@ -369,6 +421,7 @@ impl State {
             .push(Waiter {
                 id,
                 start_ts,
+                reader: false,
                 wake_at: None,
                 wake: Arc::default(),
             });

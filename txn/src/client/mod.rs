@@ -98,6 +98,14 @@ pub struct ClientConfig {
     /// before giving up with [`Error::ResolveLockTimeout`]. Defaults to
     /// 10 s.
     pub resolve_timeout: Duration,
+    /// How long a read that meets an async-commit lock waits for the
+    /// lock's transaction to remove it before resolving it. Such a
+    /// transaction is committing (its commit point was its prewrite) and
+    /// cannot be pushed past the read; its commit records normally follow
+    /// within moments, and the read then sees the new value with no lock
+    /// resolution (a timestamp, a `CheckTxnStatus`) and no back-off.
+    /// Zero resolves at once, as TiKV's client does. Defaults to 5 ms.
+    pub async_commit_read_wait: Duration,
     /// Attempts [`Client::with_retry`] makes. Defaults to 64.
     pub max_retries: usize,
     /// Whether a transaction's prewrite batches (several when it spans
@@ -180,6 +188,7 @@ impl Default for ClientConfig {
             max_batch_keys: 64,
             max_async_commit_keys: 256,
             resolve_timeout: Duration::from_secs(10),
+            async_commit_read_wait: Duration::from_millis(5),
             max_retries: 64,
             parallel_prewrite: ParallelPrewrite::default(),
             secondary_commits: SecondaryCommits::default(),

@@ -268,6 +268,7 @@ impl<E: Engine> Inner<E> {
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
         let mut options = options.clone();
         let mut pushed: Vec<TimeStamp> = Vec::new();
+        let mut waited = false;
         loop {
             let locks = match attempt(&options)? {
                 Attempt::Done(out) => return Ok(out),
@@ -277,6 +278,14 @@ impl<E: Engine> Inner<E> {
                 // Resolving would write.
                 if let Some(lock) = locks.into_iter().next() {
                     return Err(percolate_mvcc::Error::KeyIsLocked(Box::new(lock)).into());
+                }
+                continue;
+            }
+            let wait = !waited && !self.config.async_commit_read_wait.is_zero();
+            if wait && let Some(lock) = locks.iter().find(|l| l.use_async_commit) {
+                waited = true;
+                if let Attempt::Done(out) = self.wait_for_commit(lock, &options, &mut attempt)? {
+                    return Ok(out);
                 }
                 continue;
             }
@@ -290,6 +299,36 @@ impl<E: Engine> Inner<E> {
                 backoff.sleep();
             }
         }
+    }
+
+    /// Waits (once per read, [`ClientConfig::async_commit_read_wait`] at
+    /// most) for the async-commit `lock` to be removed by its transaction's
+    /// commit: such a transaction is past its commit point and cannot be
+    /// pushed, and its commit records normally follow at once, so waiting
+    /// beats resolving. The key is watched first and read again, so that a
+    /// removal between the first read and the wait is not missed. Returns
+    /// that second read's answer if it found no lock.
+    ///
+    /// [`ClientConfig::async_commit_read_wait`]: super::ClientConfig::async_commit_read_wait
+    fn wait_for_commit<T>(
+        &self,
+        lock: &LockInfo,
+        options: &ReadOptions,
+        attempt: &mut impl FnMut(&ReadOptions) -> Result<Attempt<T>>,
+    ) -> Result<Attempt<T>> {
+        let storage = self.cluster.region_for(&lock.key).storage();
+        let waits = storage.concurrency_manager().lock_waits();
+        let watched = key(&lock.key);
+        let ticket = waits.watch(std::slice::from_ref(&watched));
+        let again = attempt(options)?;
+        if let Attempt::Locked(locks) = &again
+            && locks
+                .iter()
+                .any(|l| l.key == lock.key && l.lock_version == lock.lock_version)
+        {
+            waits.wait_for_release(&ticket, &watched, self.config.async_commit_read_wait);
+        }
+        Ok(again)
     }
 
     /// Resolves what can be resolved of `locks` for a caller at
