@@ -5,7 +5,9 @@
 //!   16-key) prewrite commands on disjoint keys in flight (the non-blocking
 //!   API), against a Storage with 1 worker, one with 2 and one with 8.
 //!   Targets: 2 workers >= 1.7x the commands per second of 1 (1.8x on 16
-//!   cores), 8 workers >= 5x. A `CPU` line gives the cores each keeps busy
+//!   cores), 8 workers >= 5x. The 1-key ratios again with four client
+//!   threads sharing the window: one thread that submits every command and
+//!   waits for every answer bounds what 8 workers can show. A `CPU` line gives the cores each keeps busy
 //!   (all threads: client, workers, RocksDB's): a ratio cannot exceed the
 //!   cores available over the cores the 1-worker run uses, so on 2 cores
 //!   the 8-worker figure says nothing of scaling.
@@ -90,14 +92,37 @@ impl Region {
 
     /// Sends `commands` with `WINDOW` of them in flight.
     fn pipelined(&self, commands: Vec<Prewrite>) {
-        let mut in_flight = VecDeque::with_capacity(WINDOW);
+        self.window(commands, WINDOW);
+    }
+
+    /// Sends `commands` with `window` of them in flight, from this thread.
+    fn window(&self, commands: Vec<Prewrite>, window: usize) {
+        let mut in_flight = VecDeque::with_capacity(window);
         for command in commands {
-            if in_flight.len() == WINDOW {
+            if in_flight.len() == window {
                 wait(in_flight.pop_front());
             }
             in_flight.push_back(self.storage.sched_write(command));
         }
         in_flight.into_iter().for_each(|p| wait(Some(p)));
+    }
+
+    /// Sends `commands` from `clients` threads, each with its share of the
+    /// `WINDOW` in flight (the same number of commands in flight as
+    /// [`pipelined`](Self::pipelined), without one thread submitting and
+    /// collecting every one of them).
+    fn pipelined_from(&self, clients: usize, mut commands: Vec<Prewrite>) {
+        let share = commands.len().div_ceil(clients);
+        let mut parts = Vec::with_capacity(clients);
+        while !commands.is_empty() {
+            let rest = commands.split_off(share.min(commands.len()));
+            parts.push(std::mem::replace(&mut commands, rest));
+        }
+        std::thread::scope(|scope| {
+            for part in parts {
+                scope.spawn(move || self.window(part, WINDOW / clients));
+            }
+        });
     }
 
     fn two_pc(&self, background: &mut Vec<Pending<Vec<percolate::txn::actions::ReleasedLock>>>) {
@@ -176,6 +201,7 @@ enum Protocol {
 
 fn bench_workers(c: &mut Criterion) {
     const COMMANDS: usize = 2048;
+    const CLIENTS: usize = 4;
     let one = Region::new(1);
     let more = [(2, Region::new(2), 1.7), (8, Region::new(8), 5.0)];
     for keys in [1, 16] {
@@ -192,6 +218,27 @@ fn bench_workers(c: &mut Criterion) {
                 ),
                 (|| one.prewrites(COMMANDS, keys), |cmds| one.pipelined(cmds)),
             );
+        }
+        if keys == 1 {
+            // The same with four client threads: what the workers do when
+            // one submitting thread is not what bounds them.
+            for (workers, region, target) in &more {
+                support::print_ratio_prepared(
+                    &format!(
+                        "Storage 1-key prewrite commands/s from {CLIENTS} client threads, {workers} workers / 1 worker, disjoint keys (target >= {target})"
+                    ),
+                    COMMANDS as u64,
+                    9,
+                    (
+                        || region.prewrites(COMMANDS, 1),
+                        |cmds| region.pipelined_from(CLIENTS, cmds),
+                    ),
+                    (
+                        || one.prewrites(COMMANDS, 1),
+                        |cmds| one.pipelined_from(CLIENTS, cmds),
+                    ),
+                );
+            }
         }
         // What bounds the ratio on a small machine: the cores the whole
         // process (client thread, workers, RocksDB's threads) keeps busy.
