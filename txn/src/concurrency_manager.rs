@@ -7,7 +7,7 @@
 //! prewritten and a commit_ts then computed at or below `ts`. So a prewrite
 //! first puts its keys into the memory lock table ([`lock_keys`]), and only
 //! then reads `max_ts`; a reader first raises `max_ts`, and only then checks
-//! the memory table ([`read_key_check`]). Whatever the interleaving, either
+//! the memory table ([`read_key_wait`]). Whatever the interleaving, either
 //! the reader sees the memory lock, or the prewrite sees the reader's ts.
 //!
 //! `max_ts` only grows, so one read at an absurd timestamp (a stale read
@@ -19,7 +19,7 @@
 //! refused with [`Error::InvalidMaxTsUpdate`] (docs/BEHAVIOUR.md O1).
 //!
 //! [`lock_keys`]: ConcurrencyManager::lock_keys
-//! [`read_key_check`]: ConcurrencyManager::read_key_check
+//! [`read_key_wait`]: ConcurrencyManager::read_key_wait
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -187,7 +187,7 @@ struct LockShard {
     table: Mutex<BTreeMap<Key, Arc<MemoryLock>>>,
     /// The number of entries in `table`, stored while its mutex is held,
     /// so that a reader who finds it zero can skip the mutex (see
-    /// [`ConcurrencyManager::read_key_check`]).
+    /// [`ConcurrencyManager::read_key_wait`]).
     entries: AtomicUsize,
 }
 
@@ -538,9 +538,9 @@ impl ConcurrencyManager {
         self.key_blocker(key, &check).map_err(|(e, _)| e)
     }
 
-    /// [`read_key_check`](Self::read_key_check), but a memory lock that
-    /// fails `check` is waited out first, for up to the manager's memory
-    /// lock wait (see
+    /// Runs `check` on the memory lock of `key`, if one is published; a
+    /// memory lock that fails it is waited out first, for up to the
+    /// manager's memory lock wait (see
     /// [`StorageConfig::memory_lock_wait`](crate::storage::StorageConfig::memory_lock_wait)),
     /// and the key checked again once it leaves the table: such a lock
     /// lasts one engine write, and once it is gone the read finds the
