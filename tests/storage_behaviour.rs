@@ -770,6 +770,62 @@ fn i7_memory_lock_wait_bounds_the_read<E: Engine>(f: StorageFixture<E>) {
     }
 }
 
+/// I7, one wait per read: a batch get of four memory-locked keys whose
+/// locks go 40 ms apart, with reads waiting 50 ms at most, fails with
+/// KeyIsLocked once its 50 ms have run out, as a scan over the same keys
+/// does; it does not wait 50 ms per key.
+fn i7_batch_get_waits_once_for_all_its_keys<E: Engine>(f: StorageFixture<E>) {
+    let f = f.with_memory_lock_wait(Duration::from_millis(50));
+    let keys: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
+    let cm = f.storage.concurrency_manager();
+    let guards: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            let mut guard = cm.lock_keys([key(k)]);
+            let mut lock = Lock::new(LockType::Put, k.to_vec(), ts(10), 3000);
+            lock.use_async_commit = true;
+            lock.min_commit_ts = ts(11);
+            guard[0].set_lock(lock);
+            guard.remove(0)
+        })
+        .collect();
+    thread::scope(|scope| {
+        scope.spawn(move || {
+            for guard in guards {
+                thread::sleep(Duration::from_millis(40));
+                drop(guard);
+            }
+        });
+        let read = f
+            .storage
+            .batch_get(keys.iter().map(|k| key(k)).collect(), ts(100));
+        assert!(
+            matches!(read, Err(Error::Mvcc(MvccError::KeyIsLocked(_)))),
+            "waited past its 50 ms: {read:?}"
+        );
+    });
+}
+
+/// I7, an unbounded wait: `Duration::MAX` as the memory lock wait means no
+/// limit, not an overflow: the read waits for the lock to go and answers.
+fn i7_an_unbounded_memory_lock_wait_does_not_overflow<E: Engine>(f: StorageFixture<E>) {
+    let f = f.with_memory_lock_wait(Duration::MAX);
+    f.must_put_committed(b"x", b"v0", 1, 2);
+    let cm = f.storage.concurrency_manager();
+    let guards = cm.lock_keys([key(b"x")]);
+    let mut lock = Lock::new(LockType::Put, b"x".to_vec(), ts(10), 3000);
+    lock.use_one_pc = true;
+    lock.min_commit_ts = ts(11);
+    guards[0].set_lock(lock);
+    thread::scope(|scope| {
+        scope.spawn(move || {
+            thread::sleep(GRACE);
+            drop(guards);
+        });
+        f.must_get(b"x", 100, b"v0");
+    });
+}
+
 /// I8: max_ts starts at 10. A get of the empty key k at 50 raises it to 50,
 /// and an async-commit prewrite of k at s=20 sent afterwards is answered
 /// min_commit_ts 51. Committed there, the value is still absent at 50 and
@@ -1338,6 +1394,8 @@ on_both_engines!(
     i7_read_waits_out_a_one_pc_prewrite_in_flight,
     i7_read_waits_out_an_async_commit_prewrite_then_meets_its_lock,
     i7_memory_lock_wait_bounds_the_read,
+    i7_batch_get_waits_once_for_all_its_keys,
+    i7_an_unbounded_memory_lock_wait_does_not_overflow,
     i8_reads_bound_future_commit_ts,
     k_one_pc_commits_without_locks,
     k3_one_pc_fallback,

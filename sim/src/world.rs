@@ -238,6 +238,10 @@ impl World {
                 dyn_oracle.clone(),
                 MaxTsLimit::DEFAULT_ALLOWANCE,
             )),
+            // The race hook reads inside a prewrite's engine write, on the
+            // thread that holds the memory lock: waiting for it could only
+            // run out. TiKV's immediate answer.
+            memory_lock_wait: std::time::Duration::ZERO,
             ..StorageConfig::default()
         };
         let cluster = Cluster::new(self.engine.clone(), self.params.splits.clone(), storage);

@@ -555,6 +555,20 @@ impl ConcurrencyManager {
         self.waiting(|| self.key_blocker(key, &check))
     }
 
+    /// [`read_key_wait`](Self::read_key_wait) for each of `keys`, with one
+    /// wait for them all: after each wait every key is checked again, and
+    /// the wait runs out at the same moment whichever key it waits for.
+    pub fn read_keys_wait<E>(
+        &self,
+        keys: &[Key],
+        check: impl Fn(&Lock, &Key) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.waiting(|| {
+            keys.iter()
+                .try_for_each(|key| self.key_blocker(key, &check))
+        })
+    }
+
     /// Runs `find` (which answers the first memory lock that blocks, with
     /// its handle) until nothing blocks, waiting for each blocking lock to
     /// leave the table, until the memory lock wait runs out.
@@ -569,7 +583,7 @@ impl ConcurrencyManager {
                 Err(blocked) => blocked,
             };
             let wait = self.inner.memory_lock_wait;
-            let deadline = *deadline.get_or_insert_with(|| Instant::now() + wait);
+            let deadline = *deadline.get_or_insert_with(|| crate::deadline_after(wait));
             if wait.is_zero() || !handle.wait_released(deadline) {
                 return Err(e);
             }

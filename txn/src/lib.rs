@@ -108,5 +108,14 @@ mod versions;
 
 pub use errors::{Error, Limit, Result};
 
+/// `timeout` from now, or a year from now where that would not fit in an
+/// `Instant` (a caller's `Duration::MAX` means "no limit", not a panic).
+pub(crate) fn deadline_after(timeout: std::time::Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(std::time::Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 pub use percolate_engine as engine;
 pub use percolate_mvcc as mvcc;

@@ -183,13 +183,13 @@ impl LockWaits {
     pub const DEFAULT_WAKE_UP_DELAY: Duration = Duration::from_millis(20);
 
     /// An empty table whose non-oldest waiters wake `wake_up_delay` after a
-    /// release.
+    /// release (at most a day later: a longer delay is a day).
     pub fn new(wake_up_delay: Duration) -> Self {
         LockWaits {
             inner: Arc::new(Inner {
                 watchers: AtomicUsize::new(0),
                 state: Mutex::new(State::default()),
-                wake_up_delay,
+                wake_up_delay: wake_up_delay.min(Duration::from_secs(24 * 3600)),
             }),
         }
     }
@@ -292,7 +292,7 @@ impl LockWaits {
         let Some(&(_, seen)) = ticket.seen.iter().find(|(h, _)| *h == hash) else {
             return Ok(WaitOutcome::Released);
         };
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline_after(timeout);
         let raw = key.to_raw().unwrap_or_else(|_| key.as_encoded().clone());
         let mut state = self.inner.state.lock();
         if state.keys.get(&hash).map_or(seen, |w| w.releases) != seen {
@@ -340,7 +340,7 @@ impl LockWaits {
         let Some(&(_, seen)) = ticket.seen.iter().find(|(h, _)| *h == hash) else {
             return WaitOutcome::Released;
         };
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline_after(timeout);
         let mut state = self.inner.state.lock();
         if state.keys.get(&hash).map_or(seen, |w| w.releases) != seen {
             return WaitOutcome::Released;

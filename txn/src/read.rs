@@ -129,11 +129,9 @@ pub fn batch_get<E: Engine>(
 ) -> Result<Vec<Result<KvPair>>> {
     note_read(cm, ts, options)?;
     if options.isolation_level == IsolationLevel::Si {
-        for key in keys {
-            cm.read_key_wait(key, |lock, key| {
-                check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
-            })?;
-        }
+        cm.read_keys_wait(keys, |lock, key| {
+            check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
+        })?;
     }
     let mut pairs = Vec::with_capacity(keys.len());
     for key in keys {

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -92,7 +92,7 @@ impl<T> Pending<T> {
     /// Blocks until the command answers or `timeout` passes; gives the
     /// `Pending` back on timeout.
     pub fn wait_timeout(self, timeout: Duration) -> std::result::Result<Result<T>, Self> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline_after(timeout);
         let shared = match &self.slot {
             Slot::Here(_) => return Ok(self.wait()),
             Slot::Shared(shared) => shared,

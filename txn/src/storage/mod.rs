@@ -101,8 +101,10 @@ pub struct StorageConfig {
     /// the read goes on and finds the prewrite's outcome (a 1PC commit, or
     /// a lock in the lock CF to resolve), which spares the caller a lock
     /// resolution and a back-off for a lock that was about to go. Zero
-    /// fails at once, as TiKV does. `ScanLock` never waits. Defaults to
-    /// 5 ms.
+    /// fails at once, as TiKV does; `Duration::MAX` waits as long as it
+    /// takes. One wait per read, whatever the number of keys; a read
+    /// submitted to the workers holds its worker while it waits. `ScanLock`
+    /// never waits. Defaults to 5 ms.
     pub memory_lock_wait: Duration,
     /// Where the storage counts its commands ([`crate::metrics`]).
     /// Storages given clones of one `Arc` (a
@@ -502,7 +504,7 @@ impl<E: Engine> Storage<E> {
         let Some(timeout) = cmd.wait_timeout else {
             return self.write(cmd);
         };
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline_after(timeout);
         // Most requests meet no lock: the first goes without watching.
         let mut info = match self.write(cmd.clone()) {
             Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) => info,
