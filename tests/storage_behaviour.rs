@@ -46,6 +46,7 @@ use percolate::txn::commands::{
     Gc, Get, Prewrite, ResolveLockLite, SecondaryLocksStatus, TxnHeartBeat, WriteCommand,
     WriteContext, WriteResult,
 };
+use percolate::txn::concurrency_manager::KeyGuard;
 use percolate::txn::read::{ReadOptions, ScanRequest};
 use percolate::txn::scheduler::{Pending, SchedulerConfig};
 use percolate::txn::storage::{CommandOptions, Storage, StorageConfig};
@@ -316,6 +317,33 @@ impl<E: Engine> StorageFixture<E> {
     #[track_caller]
     fn must_get_none(&self, k: &[u8], read_ts: u64) {
         assert_eq!(self.storage.get(key(k), ts(read_ts)).unwrap(), None);
+    }
+
+    /// Holds `k` in the memory-lock table with a published lock of the
+    /// transaction s=10 (min_commit_ts 11), as a prewrite does before its
+    /// write reaches the engine: async-commit, or 1PC with `one_pc`.
+    fn hold_memory_lock(&self, k: &[u8], one_pc: bool) -> KeyGuard {
+        let mut guards = self.storage.concurrency_manager().lock_keys([key(k)]);
+        let mut lock = Lock::new(LockType::Put, k.to_vec(), ts(10), 3000);
+        lock.use_async_commit = !one_pc;
+        lock.use_one_pc = one_pc;
+        lock.min_commit_ts = ts(11);
+        guards[0].set_lock(lock);
+        guards.remove(0)
+    }
+
+    /// Sends `prewrite` and holds it inside its engine write, its memory
+    /// locks published and nothing written yet; the sender lets it through.
+    fn prewrite_held_in_its_write(
+        &self,
+        prewrite: Prewrite,
+    ) -> (Pending<PrewriteResult>, Sender<()>) {
+        let (arrived, release) = self.gate().hold_next_write();
+        let pending = self.storage.sched_write(prewrite);
+        arrived
+            .recv_timeout(HANG)
+            .expect("the prewrite never wrote");
+        (pending, release)
     }
 
     /// Asserts that no memory lock is left on any of `keys`.
@@ -590,12 +618,7 @@ fn i5_fallback_when_commit_ts_exceeds_max_commit_ts<E: Engine>(f: StorageFixture
 fn i7_memory_lock_blocks_reads<E: Engine>(f: StorageFixture<E>) {
     f.must_put_committed(b"x", b"v0", 1, 2);
     f.must_put_committed(b"y", b"y0", 1, 2);
-    let cm = f.storage.concurrency_manager();
-    let guards = cm.lock_keys([key(b"x")]);
-    let mut lock = Lock::new(LockType::Put, b"x".to_vec(), ts(10), 3000);
-    lock.use_async_commit = true;
-    lock.min_commit_ts = ts(11);
-    guards[0].set_lock(lock);
+    let guard = f.hold_memory_lock(b"x", false);
 
     must_locked_by(f.storage.get(key(b"x"), ts(100)), 10, b"x");
     must_locked_by(
@@ -618,7 +641,7 @@ fn i7_memory_lock_blocks_reads<E: Engine>(f: StorageFixture<E>) {
     f.must_get(b"x", 5, b"v0");
     f.must_get(b"y", 100, b"y0");
 
-    drop(guards);
+    drop(guard);
     f.must_get(b"x", 100, b"v0");
     assert_eq!(f.storage.scan(scan).unwrap().len(), 2);
 }
@@ -632,13 +655,9 @@ fn i7_memory_lock_blocks_reads<E: Engine>(f: StorageFixture<E>) {
 /// at 10 the old.
 fn i7_prewrite_in_flight_blocks_reads<E: Engine>(f: StorageFixture<E>) {
     f.must_put_committed(b"x", b"v0", 1, 2);
-    let (arrived, release) = f.gate().hold_next_write();
-    let prewrite = f.storage.sched_write(
+    let (prewrite, release) = f.prewrite_held_in_its_write(
         Prewrite::new(vec![put(b"x", b"v1")], b"x", ts(10)).async_commit(vec![], ts(0)),
     );
-    arrived
-        .recv_timeout(HANG)
-        .expect("the prewrite never wrote");
     f.txn.must_unlocked(b"x");
     must_locked_by(f.storage.get(key(b"x"), ts(100)), 10, b"x");
     assert!(!prewrite.is_ready());
@@ -666,13 +685,9 @@ fn i7_prewrite_in_flight_blocks_reads<E: Engine>(f: StorageFixture<E>) {
 fn i7_read_waits_out_a_one_pc_prewrite_in_flight<E: Engine>(f: StorageFixture<E>) {
     let f = f.with_memory_lock_wait(HANG);
     f.must_put_committed(b"x", b"v0", 1, 2);
-    let (arrived, release) = f.gate().hold_next_write();
-    let prewrite = f
-        .storage
-        .sched_write(Prewrite::new(vec![put(b"x", b"v1")], b"x", ts(10)).one_pc(ts(0)));
-    arrived
-        .recv_timeout(HANG)
-        .expect("the prewrite never wrote");
+    let (prewrite, release) = f.prewrite_held_in_its_write(
+        Prewrite::new(vec![put(b"x", b"v1")], b"x", ts(10)).one_pc(ts(0)),
+    );
     thread::scope(|scope| {
         let get = scope.spawn(|| f.storage.get(key(b"x"), ts(100)));
         let scan = scope.spawn(|| {
@@ -716,13 +731,9 @@ fn i7_read_waits_out_a_one_pc_prewrite_in_flight<E: Engine>(f: StorageFixture<E>
 fn i7_read_waits_out_an_async_commit_prewrite_then_meets_its_lock<E: Engine>(f: StorageFixture<E>) {
     let f = f.with_memory_lock_wait(HANG);
     f.must_put_committed(b"x", b"v0", 1, 2);
-    let (arrived, release) = f.gate().hold_next_write();
-    let prewrite = f.storage.sched_write(
+    let (prewrite, release) = f.prewrite_held_in_its_write(
         Prewrite::new(vec![put(b"x", b"v1")], b"x", ts(10)).async_commit(vec![], ts(0)),
     );
-    arrived
-        .recv_timeout(HANG)
-        .expect("the prewrite never wrote");
     thread::scope(|scope| {
         let get = scope.spawn(|| f.storage.get(key(b"x"), ts(100)));
         thread::sleep(GRACE);
@@ -742,30 +753,17 @@ fn i7_read_waits_out_an_async_commit_prewrite_then_meets_its_lock<E: Engine>(f: 
 /// answers it once the wait has run out while the lock is still held.
 fn i7_memory_lock_wait_bounds_the_read<E: Engine>(f: StorageFixture<E>) {
     f.must_put_committed(b"x", b"v0", 1, 2);
+    let mut f = f;
     for wait in [Duration::ZERO, Duration::from_millis(20)] {
-        let f = StorageFixture {
-            storage: Storage::new(
-                f.storage.engine().clone(),
-                StorageConfig {
-                    memory_lock_wait: wait,
-                    ..StorageFixture::<E>::config()
-                },
-            ),
-            txn: TxnFixture::new(f.storage.engine().clone()),
-        };
-        let cm = f.storage.concurrency_manager();
-        let guards = cm.lock_keys([key(b"x")]);
-        let mut lock = Lock::new(LockType::Put, b"x".to_vec(), ts(10), 3000);
-        lock.use_one_pc = true;
-        lock.min_commit_ts = ts(11);
-        guards[0].set_lock(lock);
+        f = f.with_memory_lock_wait(wait);
+        let guard = f.hold_memory_lock(b"x", true);
         let started = Instant::now();
         must_locked_by(f.storage.get(key(b"x"), ts(100)), 10, b"x");
         assert!(
             started.elapsed() >= wait,
             "gave up before its wait: {wait:?}"
         );
-        drop(guards);
+        drop(guard);
         f.must_get(b"x", 100, b"v0");
     }
 }
@@ -777,18 +775,7 @@ fn i7_memory_lock_wait_bounds_the_read<E: Engine>(f: StorageFixture<E>) {
 fn i7_batch_get_waits_once_for_all_its_keys<E: Engine>(f: StorageFixture<E>) {
     let f = f.with_memory_lock_wait(Duration::from_millis(50));
     let keys: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
-    let cm = f.storage.concurrency_manager();
-    let guards: Vec<_> = keys
-        .iter()
-        .map(|k| {
-            let mut guard = cm.lock_keys([key(k)]);
-            let mut lock = Lock::new(LockType::Put, k.to_vec(), ts(10), 3000);
-            lock.use_async_commit = true;
-            lock.min_commit_ts = ts(11);
-            guard[0].set_lock(lock);
-            guard.remove(0)
-        })
-        .collect();
+    let guards: Vec<_> = keys.iter().map(|k| f.hold_memory_lock(k, false)).collect();
     thread::scope(|scope| {
         scope.spawn(move || {
             for guard in guards {
@@ -811,16 +798,11 @@ fn i7_batch_get_waits_once_for_all_its_keys<E: Engine>(f: StorageFixture<E>) {
 fn i7_an_unbounded_memory_lock_wait_does_not_overflow<E: Engine>(f: StorageFixture<E>) {
     let f = f.with_memory_lock_wait(Duration::MAX);
     f.must_put_committed(b"x", b"v0", 1, 2);
-    let cm = f.storage.concurrency_manager();
-    let guards = cm.lock_keys([key(b"x")]);
-    let mut lock = Lock::new(LockType::Put, b"x".to_vec(), ts(10), 3000);
-    lock.use_one_pc = true;
-    lock.min_commit_ts = ts(11);
-    guards[0].set_lock(lock);
+    let guard = f.hold_memory_lock(b"x", true);
     thread::scope(|scope| {
         scope.spawn(move || {
             thread::sleep(GRACE);
-            drop(guards);
+            drop(guard);
         });
         f.must_get(b"x", 100, b"v0");
     });
