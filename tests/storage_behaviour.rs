@@ -359,6 +359,18 @@ impl<E: Engine> StorageFixture<E> {
     }
 }
 
+/// A forward scan of every key at `read_ts`, without a limit.
+fn scan_all(read_ts: u64) -> ScanRequest {
+    ScanRequest {
+        start_key: key(b""),
+        end_key: None,
+        limit: 0,
+        ts: ts(read_ts),
+        key_only: false,
+        reverse: false,
+    }
+}
+
 #[track_caller]
 fn must_locked_by(result: Result<impl std::fmt::Debug, Error>, start_ts: u64, k: &[u8]) {
     match result {
@@ -626,14 +638,7 @@ fn i7_memory_lock_blocks_reads<E: Engine>(f: StorageFixture<E>) {
         10,
         b"x",
     );
-    let scan = ScanRequest {
-        start_key: key(b""),
-        end_key: None,
-        limit: 0,
-        ts: ts(100),
-        key_only: false,
-        reverse: false,
-    };
+    let scan = scan_all(100);
     must_locked_by(f.storage.scan(scan.clone()), 10, b"x");
     // §3.1: an async-commit primary blocks a read at MAX too.
     must_locked_by(f.storage.get(key(b"x"), MAX), 10, b"x");
@@ -690,16 +695,7 @@ fn i7_read_waits_out_a_one_pc_prewrite_in_flight<E: Engine>(f: StorageFixture<E>
     );
     thread::scope(|scope| {
         let get = scope.spawn(|| f.storage.get(key(b"x"), ts(100)));
-        let scan = scope.spawn(|| {
-            f.storage.scan(ScanRequest {
-                start_key: key(b""),
-                end_key: None,
-                limit: 0,
-                ts: ts(100),
-                key_only: false,
-                reverse: false,
-            })
-        });
+        let scan = scope.spawn(|| f.storage.scan(scan_all(100)));
         thread::sleep(GRACE);
         assert!(
             !get.is_finished(),
