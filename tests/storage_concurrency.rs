@@ -3,8 +3,9 @@
 //!
 //! * same-key commands serialize (read-modify-write increments lose no
 //!   update), disjoint-key commands overlap;
-//! * a reader racing async-commit prewrites never misses a version whose
-//!   commit_ts is at or below its read ts;
+//! * a reader racing async-commit and 1PC prewrites (get, batch get,
+//!   scan) never misses a version whose commit_ts is at or below its read
+//!   ts;
 //! * every way a command can end badly (an action error, a command's own
 //!   error, a panic, a failed engine write) releases its latches and its
 //!   memory locks;
@@ -30,7 +31,7 @@ use percolate::mvcc::{Error as MvccError, Key, Lock, LockType, MvccTxn, TimeStam
 use percolate::txn::Error;
 use percolate::txn::actions::prewrite::{Mutation, PrewriteResult};
 use percolate::txn::commands::{Commit, Get, Prewrite, WriteCommand, WriteContext, WriteResult};
-use percolate::txn::read::ReadOptions;
+use percolate::txn::read::{ReadOptions, ScanRequest};
 use percolate::txn::scheduler::{Pending, SchedulerConfig};
 use percolate::txn::storage::{Storage, StorageConfig};
 use percolate::txn::testing::{FaultyEngine, TxnFixture};
@@ -366,14 +367,16 @@ fn disjoint_keys_overlap_same_key_never_does<E: Engine>(f: EngineFixture<E>) {
     assert_eq!(most_inside.load(Ordering::SeqCst), 1);
 }
 
-/// A reader racing async-commit prewrites never misses a version whose
-/// commit_ts is at or below its read ts. Writers prewrite with async commit
-/// and commit at the returned min_commit_ts; readers read at fresh
-/// timestamps and retry on a lock. Afterwards, every read must have seen
-/// exactly the newest version with commit_ts ≤ its read ts in the final
-/// history: a version it did not see must have committed above its ts, and
-/// it saw nothing that was not committed at or below it.
-fn readers_never_miss_async_commits<E: Engine>(f: EngineFixture<E>) {
+/// A reader racing async-commit and 1PC prewrites never misses a version
+/// whose commit_ts is at or below its read ts. Writers alternate: async
+/// commit (prewrite, then commit at the returned min_commit_ts) and 1PC;
+/// readers read at fresh timestamps by get, batch get and scan (each
+/// waiting out a prewrite in flight, `StorageConfig::memory_lock_wait`),
+/// and skip a read that still meets a lock. Afterwards, every read must
+/// have seen exactly the newest version with commit_ts ≤ its read ts in the
+/// final history: a version it did not see must have committed above its
+/// ts, and it saw nothing that was not committed at or below it.
+fn readers_never_miss_async_or_one_pc_commits<E: Engine>(f: EngineFixture<E>) {
     const WRITERS: usize = 3;
     const COMMITS: usize = 12;
     const READERS: usize = 3;
@@ -395,15 +398,23 @@ fn readers_never_miss_async_commits<E: Engine>(f: EngineFixture<E>) {
                         attempts += 1;
                         assert!(attempts < 100_000, "no progress");
                         let start_ts = oracle.next();
-                        let prewrite = Prewrite::new(vec![put(k, &value)], k, start_ts)
-                            .async_commit(vec![], TimeStamp::zero());
-                        if let Some(won) = prewrite_won(storage.prewrite(prewrite)) {
-                            let min_commit_ts = won.min_commit_ts.unwrap_or_default();
-                            assert!(min_commit_ts > start_ts);
-                            storage
-                                .commit(vec![key(k)], start_ts, min_commit_ts)
-                                .unwrap();
-                            break;
+                        let prewrite = Prewrite::new(vec![put(k, &value)], k, start_ts);
+                        if (w + i) % 2 == 0 {
+                            let prewrite = prewrite.one_pc(TimeStamp::zero());
+                            if let Some(won) = prewrite_won(storage.prewrite(prewrite)) {
+                                assert!(won.one_pc_commit_ts.is_some_and(|c| c > start_ts));
+                                break;
+                            }
+                        } else {
+                            let prewrite = prewrite.async_commit(vec![], TimeStamp::zero());
+                            if let Some(won) = prewrite_won(storage.prewrite(prewrite)) {
+                                let min_commit_ts = won.min_commit_ts.unwrap_or_default();
+                                assert!(min_commit_ts > start_ts);
+                                storage
+                                    .commit(vec![key(k)], start_ts, min_commit_ts)
+                                    .unwrap();
+                                break;
+                            }
                         }
                         thread::yield_now();
                     }
@@ -429,19 +440,18 @@ fn readers_never_miss_async_commits<E: Engine>(f: EngineFixture<E>) {
                         break;
                     }
                     i += 1;
-                    let k = keys[i % keys.len()];
                     let read_ts = oracle.next();
-                    match storage.get(key(k), read_ts) {
-                        Ok(value) if done => {
+                    match read_every_way(storage, &keys, i, read_ts) {
+                        Ok(values) if done => {
                             after_done += 1;
-                            seen.push((k, read_ts, value));
+                            seen.extend(values);
                         }
-                        Ok(value) if seen.len() < 5_000 => seen.push((k, read_ts, value)),
+                        Ok(values) if seen.len() < 5_000 => seen.extend(values),
                         Ok(_) => {}
                         Err(e) if is_locked(&e) => {
                             blocked_reads.fetch_add(1, Ordering::Relaxed);
                         }
-                        Err(e) => panic!("get failed: {e:?}"),
+                        Err(e) => panic!("read failed: {e:?}"),
                     }
                 }
                 observations.lock().unwrap().extend(seen);
@@ -476,6 +486,43 @@ fn readers_never_miss_async_commits<E: Engine>(f: EngineFixture<E>) {
         "no read saw any commit ({} reads were blocked by locks)",
         blocked_reads.load(Ordering::Relaxed)
     );
+}
+
+/// The `n`-th read of [`readers_never_miss_async_or_one_pc_commits`] at
+/// `read_ts`, by get, batch get or scan in turn: what it saw of each key it
+/// read (`None`: absent). A lock met anywhere is an error (`KeyIsLocked`).
+fn read_every_way<'k, E: Engine>(
+    storage: &Storage<E>,
+    keys: &[&'k [u8]],
+    n: usize,
+    read_ts: TimeStamp,
+) -> Result<Vec<(&'k [u8], TimeStamp, Option<Vec<u8>>)>, Error> {
+    let value_of = |pairs: &[(Key, Vec<u8>)], k: &[u8]| {
+        pairs
+            .iter()
+            .find(|(found, _)| *found == key(k))
+            .map(|(_, v)| v.clone())
+    };
+    let pairs = match n % 3 {
+        0 => {
+            let k = keys[n / 3 % keys.len()];
+            return Ok(vec![(k, read_ts, storage.get(key(k), read_ts)?)]);
+        }
+        1 => storage.batch_get(keys.iter().map(|k| key(k)).collect(), read_ts)?,
+        _ => storage.scan(ScanRequest {
+            start_key: key(b""),
+            end_key: None,
+            limit: 0,
+            ts: read_ts,
+            key_only: false,
+            reverse: false,
+        })?,
+    };
+    let pairs = pairs.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(keys
+        .iter()
+        .map(|k| (*k, read_ts, value_of(&pairs, k)))
+        .collect())
 }
 
 /// Every failure path releases latches and memory locks: an action error
@@ -689,7 +736,7 @@ on_both_engines!(
     EngineFixture;
     same_key_increments_lose_no_update,
     disjoint_keys_overlap_same_key_never_does,
-    readers_never_miss_async_commits,
+    readers_never_miss_async_or_one_pc_commits,
     errors_and_panics_release_latches_and_memory_locks,
     write_failure_releases_latches_and_memory_locks,
     sched_too_busy_refuses_at_once_and_recovers,
