@@ -378,7 +378,7 @@ fn disjoint_keys_overlap_same_key_never_does<E: Engine>(f: EngineFixture<E>) {
 /// ts, and it saw nothing that was not committed at or below it.
 fn readers_never_miss_async_or_one_pc_commits<E: Engine>(f: EngineFixture<E>) {
     const WRITERS: usize = 3;
-    const COMMITS: usize = 12;
+    const COMMITS: usize = 30;
     const READERS: usize = 3;
     let keys: [&[u8]; 2] = [b"k0", b"k1"];
     let storage = f.storage(config(4));
