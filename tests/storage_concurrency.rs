@@ -488,6 +488,9 @@ fn readers_never_miss_async_or_one_pc_commits<E: Engine>(f: EngineFixture<E>) {
     );
 }
 
+/// A read's answer for one key: the key, the read ts, the value seen.
+type Observation<'k> = (&'k [u8], TimeStamp, Option<Vec<u8>>);
+
 /// The `n`-th read of [`readers_never_miss_async_or_one_pc_commits`] at
 /// `read_ts`, by get, batch get or scan in turn: what it saw of each key it
 /// read (`None`: absent). A lock met anywhere is an error (`KeyIsLocked`).
@@ -496,7 +499,7 @@ fn read_every_way<'k, E: Engine>(
     keys: &[&'k [u8]],
     n: usize,
     read_ts: TimeStamp,
-) -> Result<Vec<(&'k [u8], TimeStamp, Option<Vec<u8>>)>, Error> {
+) -> Result<Vec<Observation<'k>>, Error> {
     let value_of = |pairs: &[(Key, Vec<u8>)], k: &[u8]| {
         pairs
             .iter()
