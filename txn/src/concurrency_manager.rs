@@ -233,6 +233,14 @@ struct Slot {
 }
 
 impl MemoryLock {
+    /// Runs `check` on the lock of `key` held here, if one is published.
+    fn check<E>(&self, key: &Key, check: &impl Fn(&Lock, &Key) -> Result<(), E>) -> Result<(), E> {
+        match &self.slot.lock().lock {
+            Some(lock) => check(lock, key),
+            None => Ok(()),
+        }
+    }
+
     /// Waits until this key leaves the table or `deadline` passes; whether
     /// it left.
     fn wait_released(&self, deadline: Instant) -> bool {
@@ -603,11 +611,7 @@ impl ConcurrencyManager {
         let Some(handle) = shard.table.lock().get(key).cloned() else {
             return Ok(());
         };
-        let blocked = match &handle.slot.lock().lock {
-            Some(lock) => check(lock, key),
-            None => Ok(()),
-        };
-        blocked.map_err(|e| (e, handle))
+        handle.check(key, check).map_err(|e| (e, handle))
     }
 
     /// Runs `check` on every published memory lock with a key in `[start,
@@ -661,11 +665,7 @@ impl ConcurrencyManager {
         }
         handles.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         for (key, handle) in handles {
-            let blocked = match &handle.slot.lock().lock {
-                Some(lock) => check(lock, &key),
-                None => Ok(()),
-            };
-            blocked.map_err(|e| (e, handle.clone()))?;
+            handle.check(&key, check).map_err(|e| (e, handle.clone()))?;
         }
         Ok(())
     }
