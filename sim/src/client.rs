@@ -673,13 +673,14 @@ impl SimTxn {
             limits,
         );
         let planned = plan.protocol;
+        let keys_by_region = plan.keys_by_region();
         let batches: Vec<Batch> = plan
             .batches
             .into_iter()
             .map(|(region, mutations)| Batch { region, mutations })
             .collect();
         let (primary, secondaries) = (plan.primary, plan.secondaries);
-        let (keys_by_region, key_count) = (plan.keys_by_region, plan.key_count);
+        let key_count = plan.key_count;
         let record = &mut w.history.txns[self.id];
         record.writes = buffer;
         let lock_ttl_ms = w.params.ttl_ms + w.now_ms().saturating_sub(self.began_ms);

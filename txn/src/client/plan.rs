@@ -36,8 +36,6 @@ pub struct CommitPlan {
     /// Every key but the primary, raw, in key order, for an async-commit
     /// primary lock; empty for the other protocols.
     pub secondaries: Vec<Vec<u8>>,
-    /// Each region's keys, in key order, by region index.
-    pub keys_by_region: Vec<(usize, Vec<Key>)>,
     /// The prewrite batches: a region index and at most
     /// [`PlanLimits::max_batch_keys`] of its mutations each.
     pub batches: Vec<(usize, Vec<Mutation>)>,
@@ -62,20 +60,19 @@ impl CommitPlan {
         limits: PlanLimits,
     ) -> Self {
         let pessimistic = pessimistic_primary.is_some();
-        let primary = pessimistic_primary.unwrap_or_else(|| {
-            writes
-                .first()
-                .map(|(raw, _)| raw.clone())
-                .unwrap_or_default()
-        });
         let key_count = writes.len();
         let may_commit_async = limits.async_commit && key_count <= limits.max_async_commit_keys;
+        // Without a pessimistic primary the first key is the primary: its
+        // raw key moves there rather than being copied.
+        let mut primary = pessimistic_primary;
         let mut secondaries = Vec::new();
         let mut by_region: Vec<(usize, Vec<Mutation>)> = Vec::new();
         for (raw, mut mutation) in writes {
             let region = region_of(&raw);
-            if may_commit_async && raw != primary {
-                secondaries.push(raw);
+            match &primary {
+                None => primary = Some(raw),
+                Some(primary) if may_commit_async && raw != *primary => secondaries.push(raw),
+                Some(_) => {}
             }
             if pessimistic {
                 mutation = mutation.with_pessimistic_action(PessimisticAction::DoPessimisticCheck);
@@ -85,10 +82,7 @@ impl CommitPlan {
                 _ => by_region.push((region, vec![mutation])),
             }
         }
-        let keys_by_region = by_region
-            .iter()
-            .map(|(r, ms)| (*r, ms.iter().map(|m| m.key.clone()).collect()))
-            .collect();
+        let primary = primary.unwrap_or_default();
         let batches = into_batches(by_region, limits.max_batch_keys);
         let protocol = if batches.len() == 1 && limits.one_pc {
             CommitProtocol::OnePc
@@ -103,12 +97,34 @@ impl CommitPlan {
         CommitPlan {
             primary,
             secondaries,
-            keys_by_region,
             batches,
             protocol,
             key_count,
         }
     }
+}
+
+impl CommitPlan {
+    /// Each region's keys, in key order, by region index.
+    pub fn keys_by_region(&self) -> Vec<(usize, Vec<Key>)> {
+        keys_by_region(self.batches.iter().map(|(r, ms)| (*r, ms.as_slice())))
+    }
+}
+
+/// The keys of `batches` (a region index and its mutations each, in
+/// order), grouped by region: a region's batches are consecutive.
+pub(crate) fn keys_by_region<'a>(
+    batches: impl IntoIterator<Item = (usize, &'a [Mutation])>,
+) -> Vec<(usize, Vec<Key>)> {
+    let mut by_region: Vec<(usize, Vec<Key>)> = Vec::new();
+    for (region, mutations) in batches {
+        let keys = mutations.iter().map(|m| m.key.clone());
+        match by_region.last_mut() {
+            Some((r, all)) if *r == region => all.extend(keys),
+            _ => by_region.push((region, keys.collect())),
+        }
+    }
+    by_region
 }
 
 /// Each region's mutations cut into batches of at most `max_batch_keys`
@@ -276,8 +292,8 @@ mod tests {
         assert_eq!(plan.secondaries, vec![b"b".to_vec(), b"x".to_vec()]);
         let regions: Vec<usize> = plan.batches.iter().map(|(r, _)| *r).collect();
         assert_eq!(regions, vec![0, 0, 1]);
-        assert_eq!(plan.keys_by_region.len(), 2);
-        assert_eq!(plan.keys_by_region[0].1.len(), 2);
+        assert_eq!(plan.keys_by_region().len(), 2);
+        assert_eq!(plan.keys_by_region()[0].1.len(), 2);
         // Too many keys for async commit: 2PC, no secondaries listed.
         let plan = CommitPlan::new(
             writes(&["a", "b", "c", "x"]),

@@ -422,8 +422,6 @@ struct Committer<'a, E: Engine> {
     /// A pessimistic transaction's latest for_update_ts.
     for_update_ts: Option<TimeStamp>,
     primary: Vec<u8>,
-    /// Every key, grouped by region index.
-    keys_by_region: Vec<(usize, Vec<Key>)>,
     batches: Vec<Batch>,
     /// The protocol the prewrites ask for ([`CommitPlan::protocol`]); the
     /// one the commit ends with is [`decide`]d from their answers.
@@ -478,7 +476,6 @@ impl<'a, E: Engine> Committer<'a, E> {
             start_ts,
             for_update_ts: pessimism.map(|p| p.for_update_ts),
             primary: plan.primary,
-            keys_by_region: plan.keys_by_region,
             batches,
             planned: plan.protocol,
             key_count: plan.key_count,
@@ -609,15 +606,13 @@ impl<'a, E: Engine> Committer<'a, E> {
     /// primary, when 2PC committed it first), region by region, after the
     /// commit point.
     fn commit_secondaries(&self, commit_ts: TimeStamp, committed: Option<&Key>) -> Result<()> {
-        let by_region: Vec<(usize, Vec<Key>)> = self
-            .keys_by_region
-            .iter()
-            .map(|(region, keys)| {
-                let keys = keys.iter().filter(|k| Some(*k) != committed).cloned();
-                (*region, keys.collect::<Vec<Key>>())
-            })
-            .filter(|(_, keys)| !keys.is_empty())
-            .collect();
+        let mut by_region = self.keys_by_region();
+        if let Some(committed) = committed {
+            for (_, keys) in &mut by_region {
+                keys.retain(|k| k != committed);
+            }
+            by_region.retain(|(_, keys)| !keys.is_empty());
+        }
         // Inline, the regions' commits go as one engine write (unless the
         // fail point must be able to stop the client between them).
         if by_region.len() > 1
@@ -668,6 +663,16 @@ impl<'a, E: Engine> Committer<'a, E> {
         }
     }
 
+    /// Every key, grouped by region index (built when needed: a 1PC commit
+    /// that succeeds never asks).
+    fn keys_by_region(&self) -> Vec<(usize, Vec<Key>)> {
+        super::plan::keys_by_region(
+            self.batches
+                .iter()
+                .map(|batch| (batch.region, batch.mutations.as_slice())),
+        )
+    }
+
     /// Keeps the primary lock alive with heart beats until the commit ends.
     fn keep_alive(&mut self) {
         self.client
@@ -682,10 +687,23 @@ impl<'a, E: Engine> Committer<'a, E> {
     fn prewrite_all(&self) -> Result<Vec<PrewriteResult>> {
         let deadline = Deadline::after(self.client.config.resolve_timeout);
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
-        let mut results: Vec<Option<PrewriteResult>> = self.batches.iter().map(|_| None).collect();
         // With the fail point armed, batches go one at a time, so that it
         // can stop the client between them.
         let one_by_one = fail::is_armed(fail::CLIENT_PREWRITE_BATCH);
+        if let ([batch], false) = (self.batches.as_slice(), one_by_one) {
+            // One batch (every 1PC commit): on this thread, with none of
+            // the bookkeeping of batches answering apart.
+            let storage = self.client.cluster.regions()[batch.region].storage();
+            loop {
+                let command = self.prewrite_command(batch);
+                let result = storage.write_with(command, self.command_options())?;
+                if result.locks.is_empty() {
+                    return Ok(vec![result]);
+                }
+                self.wait_for(&result.locks, &deadline, &mut backoff)?;
+            }
+        }
+        let mut results: Vec<Option<PrewriteResult>> = self.batches.iter().map(|_| None).collect();
         loop {
             let locks = self.prewrite_round(&mut results, one_by_one)?;
             if !locks.is_empty() {
@@ -820,10 +838,10 @@ impl<'a, E: Engine> Committer<'a, E> {
     /// [`Unlock`]), so they do not linger until they expire.
     fn rollback_in_background(&self) {
         self.client.metrics.rolled_back();
-        for (region, keys) in &self.keys_by_region {
-            let storage = self.client.cluster.regions()[*region].storage();
+        for (region, keys) in self.keys_by_region() {
+            let storage = self.client.cluster.regions()[region].storage();
             forget(storage.sched_write(Unlock {
-                keys: keys.clone(),
+                keys,
                 start_ts: self.start_ts,
             }));
         }
