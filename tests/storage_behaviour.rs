@@ -46,7 +46,7 @@ use percolate::txn::commands::{
     Gc, Get, Prewrite, ResolveLockLite, SecondaryLocksStatus, TxnHeartBeat, WriteCommand,
     WriteContext, WriteResult,
 };
-use percolate::txn::concurrency_manager::KeyGuard;
+use percolate::txn::concurrency_manager::{KeyGuard, MemoryLockWait};
 use percolate::txn::read::{ReadOptions, ScanRequest};
 use percolate::txn::scheduler::{Pending, SchedulerConfig};
 use percolate::txn::storage::{CommandOptions, Storage, StorageConfig};
@@ -350,10 +350,11 @@ impl<E: Engine> StorageFixture<E> {
     #[track_caller]
     fn must_have_no_memory_lock(&self, keys: &[&[u8]]) {
         for k in keys {
-            let found = self
-                .storage
-                .concurrency_manager()
-                .read_key_check(&key(k), |lock, _| Err(lock.ts));
+            let found = self.storage.concurrency_manager().read_key(
+                &key(k),
+                MemoryLockWait::Never,
+                |lock, _| Err(lock.ts),
+            );
             assert_eq!(found, Ok(()), "memory lock of that txn left on {k:?}");
         }
     }

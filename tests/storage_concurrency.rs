@@ -31,6 +31,7 @@ use percolate::mvcc::{Error as MvccError, Key, Lock, LockType, MvccTxn, TimeStam
 use percolate::txn::Error;
 use percolate::txn::actions::prewrite::{Mutation, PrewriteResult};
 use percolate::txn::commands::{Commit, Get, Prewrite, WriteCommand, WriteContext, WriteResult};
+use percolate::txn::concurrency_manager::MemoryLockWait;
 use percolate::txn::read::{ReadOptions, ScanRequest};
 use percolate::txn::scheduler::{Pending, SchedulerConfig};
 use percolate::txn::storage::{Storage, StorageConfig};
@@ -115,9 +116,10 @@ impl<E: Engine> EngineFixture<E> {
 
 #[track_caller]
 fn must_have_no_memory_lock<E: Engine>(storage: &Storage<E>, k: &[u8]) {
-    let found = storage
-        .concurrency_manager()
-        .read_key_check(&key(k), |lock, _| Err(lock.ts));
+    let found =
+        storage
+            .concurrency_manager()
+            .read_key(&key(k), MemoryLockWait::Never, |lock, _| Err(lock.ts));
     assert_eq!(found, Ok(()), "memory lock of that txn left on {k:?}");
 }
 

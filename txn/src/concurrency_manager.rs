@@ -7,7 +7,7 @@
 //! prewritten and a commit_ts then computed at or below `ts`. So a prewrite
 //! first puts its keys into the memory lock table ([`lock_keys`]), and only
 //! then reads `max_ts`; a reader first raises `max_ts`, and only then checks
-//! the memory table ([`read_key_wait`]). Whatever the interleaving, either
+//! the memory table ([`read_key`]). Whatever the interleaving, either
 //! the reader sees the memory lock, or the prewrite sees the reader's ts.
 //!
 //! `max_ts` only grows, so one read at an absurd timestamp (a stale read
@@ -19,7 +19,7 @@
 //! refused with [`Error::InvalidMaxTsUpdate`] (docs/BEHAVIOUR.md O1).
 //!
 //! [`lock_keys`]: ConcurrencyManager::lock_keys
-//! [`read_key_wait`]: ConcurrencyManager::read_key_wait
+//! [`read_key`]: ConcurrencyManager::read_key
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -121,9 +121,8 @@ struct Inner {
     /// Where pessimistic lock requests wait (shared by a cluster's
     /// regions).
     lock_waits: LockWaits,
-    /// How long [`ConcurrencyManager::read_key_wait`] and
-    /// [`ConcurrencyManager::read_range_wait`] wait out a blocking memory
-    /// lock.
+    /// How long [`ConcurrencyManager::read_key`] and its kin wait out a
+    /// blocking memory lock when asked to ([`MemoryLockWait::Configured`]).
     memory_lock_wait: Duration,
 }
 
@@ -187,8 +186,22 @@ struct LockShard {
     table: Mutex<BTreeMap<Key, Arc<MemoryLock>>>,
     /// The number of entries in `table`, stored while its mutex is held,
     /// so that a reader who finds it zero can skip the mutex (see
-    /// [`ConcurrencyManager::read_key_wait`]).
+    /// [`ConcurrencyManager::read_key`]).
     entries: AtomicUsize,
+}
+
+/// Whether a read that meets a blocking memory lock (an async-commit or
+/// 1PC prewrite between taking its keys and writing them) waits for it to
+/// leave the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryLockWait {
+    /// Answers at once with the check's error, as TiKV does (ScanLock,
+    /// and checks that must not block).
+    Never,
+    /// Waits up to the manager's memory lock wait
+    /// ([`StorageConfig::memory_lock_wait`](crate::storage::StorageConfig::memory_lock_wait)),
+    /// then checks again.
+    Configured,
 }
 
 /// A handle on the region's version hints; one per thread slot, aligned
@@ -537,41 +550,34 @@ impl ConcurrencyManager {
     }
 
     /// Runs `check` on the memory lock of `key`, if one is published.
-    #[cfg(any(test, feature = "test-util"))]
-    pub fn read_key_check<E>(
-        &self,
-        key: &Key,
-        check: impl Fn(&Lock, &Key) -> Result<(), E>,
-    ) -> Result<(), E> {
-        self.key_blocker(key, &check).map_err(|(e, _)| e)
-    }
-
-    /// Runs `check` on the memory lock of `key`, if one is published; a
-    /// memory lock that fails it is waited out first, for up to the
-    /// manager's memory lock wait (see
+    ///
+    /// With [`MemoryLockWait::Configured`], a memory lock that fails it is
+    /// waited out first, for up to the manager's memory lock wait (see
     /// [`StorageConfig::memory_lock_wait`](crate::storage::StorageConfig::memory_lock_wait)),
     /// and the key checked again once it leaves the table: such a lock
     /// lasts one engine write, and once it is gone the read finds the
     /// prewrite's outcome in the engine (a 1PC commit, or a lock in the
     /// lock CF). `check`'s error if a blocking lock is still there when
-    /// the wait runs out.
-    pub fn read_key_wait<E>(
+    /// the wait runs out, or at once with [`MemoryLockWait::Never`].
+    pub fn read_key<E>(
         &self,
         key: &Key,
+        wait: MemoryLockWait,
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.waiting(|| self.key_blocker(key, &check))
+        self.waiting(wait, || self.key_blocker(key, &check))
     }
 
-    /// [`read_key_wait`](Self::read_key_wait) for each of `keys`, with one
-    /// wait for them all: after each wait every key is checked again, and
-    /// the wait runs out at the same moment whichever key it waits for.
-    pub fn read_keys_wait<E>(
+    /// [`read_key`](Self::read_key) for each of `keys`, with one wait for
+    /// them all: after each wait every key is checked again, and the wait
+    /// runs out at the same moment whichever key it waits for.
+    pub fn read_keys<E>(
         &self,
         keys: &[Key],
+        wait: MemoryLockWait,
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.waiting(|| {
+        self.waiting(wait, || {
             keys.iter()
                 .try_for_each(|key| self.key_blocker(key, &check))
         })
@@ -579,9 +585,10 @@ impl ConcurrencyManager {
 
     /// Runs `find` (which answers the first memory lock that blocks, with
     /// its handle) until nothing blocks, waiting for each blocking lock to
-    /// leave the table, until the memory lock wait runs out.
+    /// leave the table, until `wait` runs out.
     fn waiting<E>(
         &self,
+        wait: MemoryLockWait,
         mut find: impl FnMut() -> Result<(), (E, Arc<MemoryLock>)>,
     ) -> Result<(), E> {
         let mut deadline = None;
@@ -590,7 +597,10 @@ impl ConcurrencyManager {
                 Ok(()) => return Ok(()),
                 Err(blocked) => blocked,
             };
-            let wait = self.inner.memory_lock_wait;
+            let wait = match wait {
+                MemoryLockWait::Never => Duration::ZERO,
+                MemoryLockWait::Configured => self.inner.memory_lock_wait,
+            };
             let deadline = *deadline.get_or_insert_with(|| crate::deadline_after(wait));
             if wait.is_zero() || !handle.wait_released(deadline) {
                 return Err(e);
@@ -616,26 +626,17 @@ impl ConcurrencyManager {
 
     /// Runs `check` on every published memory lock with a key in `[start,
     /// end)` (unbounded where `None`), in key order, stopping at the first
-    /// error.
-    pub fn read_range_check<E>(
+    /// error; with [`MemoryLockWait::Configured`], a blocking memory lock
+    /// is waited out as [`read_key`](Self::read_key) waits, and the whole
+    /// range checked again once it is gone.
+    pub fn read_range<E>(
         &self,
         start: Option<&Key>,
         end: Option<&Key>,
+        wait: MemoryLockWait,
         check: impl Fn(&Lock, &Key) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.range_blocker(start, end, &check).map_err(|(e, _)| e)
-    }
-
-    /// [`read_range_check`](Self::read_range_check), waiting out a
-    /// blocking memory lock as [`read_key_wait`](Self::read_key_wait) does
-    /// and checking the whole range again once it is gone.
-    pub fn read_range_wait<E>(
-        &self,
-        start: Option<&Key>,
-        end: Option<&Key>,
-        check: impl Fn(&Lock, &Key) -> Result<(), E>,
-    ) -> Result<(), E> {
-        self.waiting(|| self.range_blocker(start, end, &check))
+        self.waiting(wait, || self.range_blocker(start, end, &check))
     }
 
     /// The first memory lock in `[start, end)`, in key order, that is
@@ -746,20 +747,32 @@ mod tests {
         assert_eq!(guards.len(), 2);
         assert_eq!(guards[0].key(), &a, "sorted");
         // Held but not yet published: readers pass.
-        assert_eq!(cm.read_key_check(&a, |_, _| Err(())), Ok(()));
+        assert_eq!(
+            cm.read_key(&a, MemoryLockWait::Never, |_, _| Err(())),
+            Ok(())
+        );
         guards[0].set_lock(Lock::new(LockType::Put, b"a".to_vec(), ts(10), 0));
         guards[1].set_lock(Lock::new(LockType::Put, b"a".to_vec(), ts(12), 0));
         let locked = |lock: &Lock, key: &Key| Err((key.clone(), lock.ts));
-        assert_eq!(cm.read_key_check(&a, locked), Err((a.clone(), ts(10))));
-        assert_eq!(cm.read_key_check(&b, locked), Ok(()));
         assert_eq!(
-            cm.read_range_check(Some(&b), None, locked),
+            cm.read_key(&a, MemoryLockWait::Never, locked),
+            Err((a.clone(), ts(10)))
+        );
+        assert_eq!(cm.read_key(&b, MemoryLockWait::Never, locked), Ok(()));
+        assert_eq!(
+            cm.read_range(Some(&b), None, MemoryLockWait::Never, locked),
             Err((c.clone(), ts(12)))
         );
-        assert_eq!(cm.read_range_check(Some(&b), Some(&c), locked), Ok(()));
+        assert_eq!(
+            cm.read_range(Some(&b), Some(&c), MemoryLockWait::Never, locked),
+            Ok(())
+        );
         assert_eq!(cm.global_min_lock_ts(), Some(ts(10)));
         drop(guards);
-        assert_eq!(cm.read_range_check(None, None, locked), Ok(()));
+        assert_eq!(
+            cm.read_range(None, None, MemoryLockWait::Never, locked),
+            Ok(())
+        );
         assert_eq!(cm.global_min_lock_ts(), None);
     }
 
@@ -773,6 +786,9 @@ mod tests {
             panic!("action failed");
         }));
         assert!(result.is_err());
-        assert_eq!(cm.read_key_check(&key, |_, _| Err(())), Ok(()));
+        assert_eq!(
+            cm.read_key(&key, MemoryLockWait::Never, |_, _| Err(())),
+            Ok(())
+        );
     }
 }

@@ -37,7 +37,7 @@ use percolate_mvcc::{
 use std::ops::ControlFlow;
 
 use crate::Result;
-use crate::concurrency_manager::ConcurrencyManager;
+use crate::concurrency_manager::{ConcurrencyManager, MemoryLockWait};
 
 /// How a read treats locks and `max_ts`.
 #[derive(Clone, Debug, Default)]
@@ -94,7 +94,7 @@ pub fn get<E: Engine>(
 ) -> Result<Option<Vec<u8>>> {
     note_read(cm, ts, options)?;
     if options.isolation_level == IsolationLevel::Si {
-        cm.read_key_wait(key, |lock, key| {
+        cm.read_key(key, MemoryLockWait::Configured, |lock, key| {
             check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
         })?;
     }
@@ -129,7 +129,7 @@ pub fn batch_get<E: Engine>(
 ) -> Result<Vec<Result<KvPair>>> {
     note_read(cm, ts, options)?;
     if options.isolation_level == IsolationLevel::Si {
-        cm.read_keys_wait(keys, |lock, key| {
+        cm.read_keys(keys, MemoryLockWait::Configured, |lock, key| {
             check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
         })?;
     }
@@ -199,7 +199,7 @@ fn scanner<E: Engine>(
     };
     note_read(cm, request.ts, options)?;
     if options.isolation_level == IsolationLevel::Si {
-        cm.read_range_wait(lower.as_ref(), upper.as_ref(), |lock, key| {
+        cm.read_range(lower.as_ref(), upper.as_ref(), MemoryLockWait::Configured, |lock, key| {
             check_lock_blocks_read(lock, key, request.ts, &options.bypass_locks)
         })?;
     }

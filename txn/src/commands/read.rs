@@ -7,6 +7,7 @@ use super::{Footprint, ReadCommand, ReadContext};
 use crate::Result;
 use crate::actions::mvcc_by_key::{MvccInfo, mvcc_by_key};
 use crate::actions::scan_lock::scan_lock;
+use crate::concurrency_manager::MemoryLockWait;
 use crate::read::{self, ReadOptions, ScanRequest};
 
 /// The value of one key at `ts`.
@@ -126,14 +127,18 @@ impl ReadCommand for ScanLock {
     /// `max_ts` first makes any later such prewrite commit above it.
     fn process<E: Engine>(self, ctx: ReadContext<'_, E>) -> Result<Self::Output> {
         ctx.cm.update_max_ts(self.max_ts)?;
-        ctx.cm
-            .read_range_check(self.start.as_ref(), self.end.as_ref(), |lock, key| {
+        ctx.cm.read_range(
+            self.start.as_ref(),
+            self.end.as_ref(),
+            MemoryLockWait::Never,
+            |lock, key| {
                 if lock.ts <= self.max_ts {
                     Err(crate::actions::key_is_locked(key, lock.clone()))
                 } else {
                     Ok(())
                 }
-            })?;
+            },
+        )?;
         let mut reader = MvccReader::new(ctx.engine.snapshot());
         scan_lock(
             &mut reader,

@@ -9,6 +9,7 @@ use percolate_mvcc::{Key, LockType, TimeStamp};
 
 use super::*;
 use crate::actions::prewrite::Mutation;
+use crate::concurrency_manager::MemoryLockWait;
 use crate::commands::{
     AcquirePessimisticLock, Commit, Get, PessimisticRollback, Prewrite, WriteResult,
 };
@@ -66,7 +67,7 @@ fn a_failed_write_answers_the_error_and_releases_latches_and_memory_locks() {
     let err = storage.prewrite(async_put.clone()).unwrap_err();
     assert!(matches!(err, Error::Engine(_)), "{err}");
     let cm = storage.concurrency_manager();
-    assert_eq!(cm.read_key_check(&key("k"), |_, _| Err(())), Ok(()));
+    assert_eq!(cm.read_key(&key("k"), MemoryLockWait::Never, |_, _| Err(())), Ok(()));
     assert_eq!(cm.global_min_lock_ts(), None);
     assert_eq!(storage.scheduler().in_flight(), 0);
     // Nothing was written, and the same request now succeeds.
