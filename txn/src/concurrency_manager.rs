@@ -411,20 +411,11 @@ impl ConcurrencyManager {
         self.inner.versions.prefetch(key);
     }
 
-    /// Notes the newest data versions a write command is about to write
-    /// (its commits' Put and Delete records), before it writes them: see
+    /// Records the newest data versions a write command has just written
+    /// (its commits' Put and Delete records), at `engine`'s write epochs
+    /// read now, while the command still holds its latches: see
     /// [`VersionHints`].
-    pub fn note_committed(&self, versions: &[CommittedVersion]) {
-        for version in versions {
-            self.inner
-                .versions
-                .note(&version.key, version.commit_ts, &version.record);
-        }
-    }
-
-    /// Confirms the versions noted by [`note_committed`](Self::note_committed)
-    /// once they are written, at `engine`'s write epochs read now.
-    pub fn confirm_committed<E: percolate_engine::Engine>(
+    pub fn record_committed<E: percolate_engine::Engine>(
         &self,
         engine: &E,
         versions: &[CommittedVersion],
@@ -433,7 +424,7 @@ impl ConcurrencyManager {
             let epoch = engine.write_epoch(version.key.as_encoded());
             self.inner
                 .versions
-                .confirm(&version.key, version.commit_ts, epoch);
+                .record(&version.key, version.commit_ts, &version.record, epoch);
         }
     }
 

@@ -20,13 +20,13 @@
 //! before their locks, so they keep a snapshot.
 //!
 //! Point reads also take the region's version hints (the newest data
-//! version of recently committed keys, noted before each commit is
-//! written): the getter asks for one after judging the key's lock, and
-//! fetches that version with a point get instead of a seek, or takes it
-//! from the hint itself when the hint carries its record. The same
-//! argument covers it: a version written before the read began was noted
-//! before it was written, and a commit at or below the read ts that is not
-//! yet noted belongs to a lock the read has already seen.
+//! version of recently committed keys, recorded once each commit is
+//! written, at the engine's write epoch of the key): the getter asks for
+//! one after judging the key's lock, uses it only while the key's epoch is
+//! still the one recorded, and fetches that version with a point get
+//! instead of a seek, or takes it from the hint itself when the hint
+//! carries its record. A version written since moved the epoch before it
+//! could be read, so a hint older than it is never used.
 
 use percolate_engine::Engine;
 use percolate_mvcc::reader::check_lock_blocks_read;

@@ -4,13 +4,14 @@
 //!
 //! A RocksDB point get stops at the first level that holds the key (for a
 //! key updated recently, the memtable), guided by bloom filters; a seek for
-//! `key@ts` must position a cursor in every level. A region notes the
-//! commit_ts of every Put or Delete its commits write, before writing it
-//! (see [`MvccTxn::put_commit`](percolate_mvcc::MvccTxn::put_commit) for
-//! why a commit's record is the key's newest data version); a read that
-//! had to seek offers the Put it found when the engine vouches that no
-//! record of the key is newer; and readers ask here once they have judged
-//! the key's lock (the argument is on [`VersionHints`]).
+//! `key@ts` must position a cursor in every level. A region records the
+//! commit_ts of every Put or Delete its commits write, once written and
+//! before the commit lets go of the key's latches (see
+//! [`MvccTxn::put_commit`](percolate_mvcc::MvccTxn::put_commit) for why a
+//! commit's record is the key's newest data version); a read that had to
+//! seek offers the Put it found when the engine vouches that no record of
+//! the key is newer; and readers ask here once they have judged the key's
+//! lock (the argument is on [`VersionHints`]).
 //!
 //! A hint counts only once its record is written and only while the
 //! engine's write epoch of the key is the one read then: a record of the
@@ -70,8 +71,10 @@ const KEY_WORDS: usize = 7;
 /// Words of a version's record held inline: records of up to 160 bytes.
 const RECORD_WORDS: usize = 20;
 
-/// The epoch of a slot whose version is noted but not written yet.
-const UNCONFIRMED: u64 = u64::MAX;
+/// The epoch of a slot whose version's epoch is not known (a write of its
+/// bucket was in flight when its commit read it): no read takes the hint
+/// until a read offers the version at a known epoch.
+const NO_EPOCH: u64 = u64::MAX;
 
 /// One key's hint: four cache lines.
 #[derive(Default)]
@@ -83,8 +86,8 @@ struct Slot {
     len: AtomicU64,
     /// Its newest data version.
     version: AtomicU64,
-    /// The engine's write epoch once that version is written, or
-    /// [`UNCONFIRMED`].
+    /// The engine's write epoch at which that version was known to be the
+    /// newest, or [`NO_EPOCH`].
     epoch: AtomicU64,
     /// The length in bytes of the version's record; 0: not held (a record
     /// is never empty).
@@ -335,51 +338,43 @@ impl VersionCache {
         Some((Ways::new(slots, key), guard))
     }
 
-    /// Notes that `key`'s newest data version is (about to be) `commit_ts`,
-    /// unconfirmed, with its `record`. Called before the record is written.
-    pub(crate) fn note(&self, key: &Key, commit_ts: TimeStamp, record: &[u8]) {
+    /// Records that `key`'s newest data version is now `commit_ts`, whose
+    /// `record` a commit has just written, at the engine's write epoch of
+    /// the key read after the write (`None`: a write of the key's bucket
+    /// was in flight, or the engine keeps no epochs; the hint is not used
+    /// until a read offers it at a known epoch).
+    ///
+    /// Only while the commit still holds the key's latches: no other
+    /// commit of the key can write between the commit's write and this
+    /// call, so the epoch read after the write vouches for this version
+    /// and no newer one. Readers need no note before the write: the
+    /// engine moves the key's epoch before the write is applied, so a
+    /// hint held from before no longer matches once the write can be seen.
+    pub(crate) fn record(
+        &self,
+        key: &Key,
+        commit_ts: TimeStamp,
+        record: &[u8],
+        write_epoch: Option<u64>,
+    ) {
         let Some(key) = self.pack(key) else {
             return;
         };
         let (ways, _writer) = self.ways_mut(&key, true).expect("waited");
         let (slot, held) = ways.place(&key);
-        // Commits of one key write ascending versions; a retried command
-        // may note an old one again, which changes nothing, except that a
-        // retry of a note not yet confirmed brings the record it writes
-        // now (a retried commit may write other bytes at the same
-        // commit_ts, an overlapped rollback's flag).
-        if key.is_held_in(&held) {
-            let same_unconfirmed =
-                commit_ts.into_inner() == held.version && held.epoch == UNCONFIRMED;
-            if commit_ts.into_inner() < held.version
-                || (commit_ts.into_inner() == held.version && !same_unconfirmed)
-            {
-                return;
-            }
-        }
-        // A newer version of the key, or another key's slot taken over.
-        let record = PackedRecord::new(record);
-        slot.write(&key, commit_ts.into_inner(), UNCONFIRMED, record.as_ref());
-    }
-
-    /// Confirms `key`'s noted version `commit_ts` once its record is
-    /// written, at the engine's write epoch of the key read after the write
-    /// (`None`: the engine keeps none, and the hint is never used).
-    pub(crate) fn confirm(&self, key: &Key, commit_ts: TimeStamp, write_epoch: Option<u64>) {
-        let Some(key) = self.pack(key) else {
+        // Commits of one key write ascending versions; a retried commit
+        // writes its version again, perhaps with other bytes (an
+        // overlapped rollback's flag), which it brings here.
+        if key.is_held_in(&held) && commit_ts.into_inner() < held.version {
             return;
-        };
-        let (ways, _writer) = self.ways_mut(&key, true).expect("waited");
-        // Only the note this commit made, still unconfirmed: a read may
-        // have offered the same version since (the key pushed out and
-        // offered back, at the epoch it read), and a newer commit may have
-        // written over it; an epoch read now stamped on that would vouch
-        // for a version that is no longer the newest.
-        if let Some((slot, held)) = ways.find(&key) {
-            if held.version == commit_ts.into_inner() && held.epoch == UNCONFIRMED {
-                slot.set_epoch(write_epoch.unwrap_or(UNCONFIRMED));
-            }
         }
+        let record = PackedRecord::new(record);
+        slot.write(
+            &key,
+            commit_ts.into_inner(),
+            write_epoch.unwrap_or(NO_EPOCH),
+            record.as_ref(),
+        );
     }
 }
 
@@ -427,7 +422,7 @@ impl VersionHints for VersionCache {
             record.clear();
             match slot.read(Some((&key, record))) {
                 Some(held) if key.is_held_in(&held) => {
-                    if held.epoch == UNCONFIRMED {
+                    if held.epoch == NO_EPOCH {
                         break;
                     }
                     return Some((TimeStamp::new(held.version), held.epoch));
@@ -452,17 +447,20 @@ impl VersionHints for VersionCache {
         };
         let (slot, held) = ways.place(&key);
         if key.is_held_in(&held) {
-            // A commit noted this version or a newer one: its confirmation
-            // (or its failure) decides. The same version, confirmed at an
-            // older epoch (a write of another record in the key's bucket
-            // moved it on since): it still is the newest at this read's
-            // epoch, so the hint lives again from there.
-            let refresh = held.version == version.into_inner()
-                && held.epoch != UNCONFIRMED
-                && held.epoch < epoch;
-            if held.version > version.into_inner()
-                || (held.version == version.into_inner() && !refresh)
-            {
+            // A commit recorded this version or a newer one, or a read
+            // offered it. The same version at an older epoch or none (a
+            // write of another record in the key's bucket moved the epoch
+            // on since, or was in flight when the commit read it): it is
+            // still the newest at this read's epoch, so the hint lives
+            // again from there, with the record it holds (a record at
+            // `key@version` changes only by a flag reads ignore).
+            if held.version == version.into_inner() {
+                if held.epoch == NO_EPOCH || held.epoch < epoch {
+                    slot.set_epoch(epoch);
+                }
+                return;
+            }
+            if held.version > version.into_inner() {
                 return;
             }
         }
@@ -488,11 +486,10 @@ impl VersionHints for VersionCache {
 mod tests {
     use super::*;
 
-    /// A commit of `key` at `version` writing `record`: noted, then
-    /// confirmed at the write's `epoch`.
+    /// A commit of `key` at `version` writing `record`, recorded at the
+    /// write's `epoch`.
     fn commit(cache: &VersionCache, key: &Key, version: u64, record: &[u8], epoch: u64) {
-        cache.note(key, TimeStamp::new(version), record);
-        cache.confirm(key, TimeStamp::new(version), Some(epoch));
+        cache.record(key, TimeStamp::new(version), record, Some(epoch));
     }
 
     /// The hint of `key`, without its record.
@@ -508,23 +505,24 @@ mod tests {
     }
 
     #[test]
-    fn a_late_confirmation_vouches_only_for_its_own_note() {
-        // A commit wrote a@20 and stalls before confirming; a@30 is
-        // committed and confirmed; a is pushed out, and a read offers
-        // a@20 back at the epoch it read then. The stalled confirmation
-        // must not stamp the current epoch on a@20.
+    fn a_commit_recorded_while_its_bucket_was_busy_waits_for_a_read() {
+        // A write of another record of a's bucket was in flight when the
+        // commit of a@20 read the epoch: no hint until a read that found
+        // a@20 the newest offers it at an epoch it read, and then with the
+        // record the commit brought.
         let cache = VersionCache::default();
-        let keys = keys_of_one_pair(3);
-        let a = &keys[0];
-        cache.note(a, TimeStamp::new(20), b"a@20");
-        commit(&cache, a, 30, b"a@30", 2);
-        for (other, version) in [(&keys[1], 40), (&keys[2], 41)] {
-            commit(&cache, other, version, b"", 3);
-        }
-        assert_eq!(hint(&cache, a), None);
-        cache.offer(a, TimeStamp::new(20), 1);
-        cache.confirm(a, TimeStamp::new(20), Some(4));
-        assert_eq!(hint(&cache, a), Some((TimeStamp::new(20), 1)));
+        let a = Key::from_raw(b"a");
+        commit(&cache, &a, 10, b"a@10", 3);
+        cache.record(&a, TimeStamp::new(20), b"a@20", None);
+        assert_eq!(hint(&cache, &a), None);
+        // A read that found the older version changes nothing.
+        cache.offer(&a, TimeStamp::new(10), 5);
+        assert_eq!(hint(&cache, &a), None);
+        cache.offer(&a, TimeStamp::new(20), 5);
+        assert_eq!(
+            hint_and_record(&cache, &a),
+            Some((TimeStamp::new(20), 5, b"a@20".to_vec()))
+        );
     }
 
     #[test]
@@ -533,29 +531,26 @@ mod tests {
         let a = Key::from_raw(b"a");
         commit(&cache, &a, 10, b"a@10", 3);
         // Another record of the bucket moved the epoch to 5; a read that
-        // found a@10 the newest at epoch 5 offers it.
+        // found a@10 the newest at epoch 5 offers it, and the hint keeps
+        // its record.
         cache.offer(&a, TimeStamp::new(10), 5);
         assert_eq!(
             hint_and_record(&cache, &a),
-            Some((TimeStamp::new(10), 5, Vec::new()))
+            Some((TimeStamp::new(10), 5, b"a@10".to_vec()))
         );
         // An offer at an older epoch changes nothing.
         cache.offer(&a, TimeStamp::new(10), 4);
         assert_eq!(hint(&cache, &a), Some((TimeStamp::new(10), 5)));
-        // Nor does one while a commit of that version is unconfirmed.
-        cache.note(&a, TimeStamp::new(20), b"a@20");
-        cache.offer(&a, TimeStamp::new(20), 9);
-        assert_eq!(hint(&cache, &a), None);
-        // A retried note of it brings the bytes it writes now.
-        commit(&cache, &a, 20, b"a@20, again", 10);
+        // A retried commit of the version brings the bytes it writes now.
+        commit(&cache, &a, 10, b"a@10, again", 10);
         assert_eq!(
             hint_and_record(&cache, &a),
-            Some((TimeStamp::new(20), 10, b"a@20, again".to_vec()))
+            Some((TimeStamp::new(10), 10, b"a@10, again".to_vec()))
         );
     }
 
     #[test]
-    fn a_hint_carries_the_record_its_commit_noted_or_a_read_filled() {
+    fn a_hint_carries_the_record_its_commit_wrote_or_a_read_filled() {
         let cache = VersionCache::default();
         let a = Key::from_raw(b"a");
         commit(&cache, &a, 10, b"record@10", 3);
@@ -599,39 +594,28 @@ mod tests {
     }
 
     #[test]
-    fn a_key_reads_its_newest_noted_version() {
+    fn a_key_reads_its_newest_recorded_version() {
         let cache = VersionCache::default();
         let (a, b) = (Key::from_raw(b"a"), Key::from_raw(b"b"));
         assert_eq!(hint(&cache, &a), None);
-        cache.note(&a, TimeStamp::new(10), b"");
-        cache.note(&a, TimeStamp::new(30), b"");
-        // Not confirmed yet: no hint.
-        assert_eq!(hint(&cache, &a), None);
-        cache.confirm(&a, TimeStamp::new(30), Some(7));
-        cache.note(&a, TimeStamp::new(20), b"");
+        commit(&cache, &a, 10, b"", 5);
+        commit(&cache, &a, 30, b"", 7);
         assert_eq!(hint(&cache, &a), Some((TimeStamp::new(30), 7)));
-        // A confirmation of an older version changes nothing.
-        cache.confirm(&a, TimeStamp::new(20), Some(9));
+        // A record of an older version changes nothing.
+        commit(&cache, &a, 20, b"", 9);
         assert_eq!(hint(&cache, &a), Some((TimeStamp::new(30), 7)));
-        // A newer version is unconfirmed until written.
-        cache.note(&a, TimeStamp::new(40), b"");
-        assert_eq!(hint(&cache, &a), None);
         assert_eq!(hint(&cache, &b), None);
     }
 
     #[test]
-    fn a_read_offers_versions_but_never_over_a_newer_note() {
+    fn a_read_offers_versions_but_never_over_a_newer_commit() {
         let cache = VersionCache::default();
         let a = Key::from_raw(b"a");
         cache.offer(&a, TimeStamp::new(10), 3);
         assert_eq!(hint(&cache, &a), Some((TimeStamp::new(10), 3)));
-        // A commit notes a newer version: a read that found an older one
-        // (it sought before the commit's write) leaves it alone, confirmed
-        // or not.
-        cache.note(&a, TimeStamp::new(20), b"");
-        cache.offer(&a, TimeStamp::new(10), 3);
-        assert_eq!(hint(&cache, &a), None);
-        cache.confirm(&a, TimeStamp::new(20), Some(4));
+        // A commit records a newer version: a read that found an older one
+        // (it sought before the commit's write) leaves it alone.
+        commit(&cache, &a, 20, b"", 4);
         cache.offer(&a, TimeStamp::new(10), 9);
         assert_eq!(hint(&cache, &a), Some((TimeStamp::new(20), 4)));
         // The same version at a newer epoch: taken from there.
@@ -649,15 +633,15 @@ mod tests {
         let cache = VersionCache::default();
         let keys = keys_of_one_pair(3);
         let [first, second, third] = [&keys[0], &keys[1], &keys[2]];
-        let note = |key: &Key, version: u64| {
+        let commit_at = |key: &Key, version: u64| {
             commit(&cache, key, version, b"", version);
         };
-        note(first, 5);
-        note(second, 7);
-        note(first, 8);
+        commit_at(first, 5);
+        commit_at(second, 7);
+        commit_at(first, 8);
         assert_eq!(hint(&cache, first), Some((TimeStamp::new(8), 8)));
         assert_eq!(hint(&cache, second), Some((TimeStamp::new(7), 7)));
-        note(third, 9);
+        commit_at(third, 9);
         assert_eq!(hint(&cache, second), None);
         assert_eq!(hint(&cache, first), Some((TimeStamp::new(8), 8)));
         assert_eq!(hint(&cache, third), Some((TimeStamp::new(9), 9)));
@@ -774,8 +758,7 @@ mod tests {
                 cache.offer(key, ts, version + 1);
                 cache.fill(key, ts, version + 1, &record_of(version));
             } else {
-                cache.note(key, ts, &record_of(version));
-                cache.confirm(key, ts, Some(version + 1));
+                cache.record(key, ts, &record_of(version), Some(version + 1));
             }
             i += 1;
         }

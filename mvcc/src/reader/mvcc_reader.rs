@@ -223,7 +223,7 @@ impl<S: Snapshot> MvccReader<S> {
 
     /// The newest data version of `key` (its Put or Delete record) and its
     /// commit_ts, when `hints` know it, it is at or below `ts`, and the
-    /// engine's write epoch of the key is still the one it was confirmed
+    /// engine's write epoch of the key is still the one it was known
     /// at; read from the hint's record or, without one, by a point get
     /// (whose record is handed back to `hints`). `None`: no answer here.
     /// Only over the latest data (see [`VersionHints`]). Records above the

@@ -28,16 +28,18 @@ use crate::{Key, LockType, Result, TimeStamp, WriteType};
 /// A hint is the commit_ts of the newest Put or Delete record of the key
 /// and the engine's write epoch of the key's records
 /// ([`Engine::write_epoch`]) at which it was known to be the newest: a
-/// commit notes its version before writing it and confirms it at the epoch
-/// read once it is written; a read offers the Put its seek found, at the
+/// commit records its version at the epoch read once it is written, before
+/// it lets go of the key (no other commit of the key can write in
+/// between); a read offers the Put its seek found, at the
 /// epoch read before the seek, when the engine's ts ceiling of the key
 /// ([`Engine::write_ts_ceiling`]) was then at or below the read ts (no
 /// newer record anywhere). The getter asks after it has judged the key's
 /// lock, uses the hint only while the epoch is still the engine's (no
 /// record of the key, or of a key hashing alike, was written since), and
 /// looks the record up by point get, or not at all when the hint carries
-/// it (below). A write that stored a newer version before the read began
-/// noted it first. Hints are only for reads of the latest data
+/// it (below). The engine moves a key's epoch before a write of its
+/// records can be read, so a hint older than a version the read could see
+/// no longer matches. Hints are only for reads of the latest data
 /// ([`Engine::latest`](percolate_engine::Engine::latest)): a pinned
 /// snapshot may be older than the version a hint names.
 ///
@@ -55,13 +57,13 @@ use crate::{Key, LockType, Result, TimeStamp, WriteType};
 /// [`MvccReader::hinted_data_version`](crate::MvccReader::hinted_data_version).
 pub trait VersionHints: Send + Sync {
     /// The newest data version of `key` known and the write epoch it was
-    /// confirmed at, if any. When its record is known too, its bytes are
+    /// known at, if any. When its record is known too, its bytes are
     /// put in `record` (cleared first); `record` is left empty otherwise.
     fn newest_data_version(&self, key: &Key, record: &mut Vec<u8>) -> Option<(TimeStamp, u64)>;
 
     /// A read found `version` to be the newest data version of `key` while
     /// the write epoch was `epoch`. Kept unless the same or a newer version
-    /// of the key is already noted (the same one is taken at a newer
+    /// of the key is already held (the same one is taken at a newer
     /// epoch).
     fn offer(&self, key: &Key, version: TimeStamp, epoch: u64);
 

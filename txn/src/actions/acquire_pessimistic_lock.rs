@@ -490,9 +490,8 @@ mod tests {
                 None => Write::new(WriteType::Delete, TimeStamp::new(start), None),
             };
             let bytes = if record { write.to_bytes() } else { Vec::new() };
-            hints.note(&k, TimeStamp::new(commit), &bytes);
             let epoch = f.engine().write_epoch(k.as_encoded());
-            hints.confirm(&k, TimeStamp::new(commit), epoch);
+            hints.record(&k, TimeStamp::new(commit), &bytes, epoch);
         };
         let lock = |start_ts: u64| {
             let mut options = TxnFixture::<E>::lock_options(b"k", start_ts);

@@ -105,7 +105,7 @@ pub struct WriteResult<T> {
     pub(crate) guards: Vec<KeyGuard>,
     /// The data versions (Put and Delete commit records) the batch writes,
     /// each the newest of its key ([`MvccTxn::committed_versions`]): the
-    /// region notes them as version hints before the batch is written.
+    /// region records them as version hints once the batch is written.
     pub committed: Vec<CommittedVersion>,
 }
 

@@ -85,8 +85,8 @@ impl Default for SchedulerConfig {
 pub(crate) struct Finish {
     pub(crate) batch: WriteBatch,
     pub(crate) guards: Vec<KeyGuard>,
-    /// The versions the batch writes as the newest of their keys, noted in
-    /// the version hints before it is written and confirmed here after.
+    /// The versions the batch writes as the newest of their keys, recorded
+    /// in the version hints here once it is written.
     pub(crate) committed: Vec<CommittedVersion>,
     /// The command's own durability, where it overrides the scheduler's.
     pub(crate) durability: Option<Durability>,
@@ -746,7 +746,7 @@ impl<E: Engine> Inner<E> {
             durability: _,
         } = finish;
         if result.is_ok() {
-            self.cm.confirm_committed(&self.engine, &committed);
+            self.cm.record_committed(&self.engine, &committed);
             // Locks the batch deleted wake their waiters (see `LockWaits`).
             self.cm.lock_waits().release_deleted_locks(&batch);
         }

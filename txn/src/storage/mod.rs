@@ -853,21 +853,18 @@ fn next_key(key: &Key) -> Key {
 
 /// Processes a write command that holds its latches over the engine's
 /// latest view: what to write, and its answer once written (on error, an
-/// empty [`Finish`] and the error). The versions it commits are noted in
-/// the version hints before they are written and confirmed after (see
-/// `VersionHints`); a write that fails leaves them unconfirmed, never used.
+/// empty [`Finish`] and the error). The versions it commits go into the
+/// version hints once written (see `VersionHints`).
 fn process_write<C: WriteCommand, E: Engine>(
     cmd: C,
     durability: Option<Durability>,
     input: JobInput<'_, E>,
 ) -> (Finish, Result<C::Output>) {
     let processed = match input {
-        JobInput::Run { engine, cm } => cmd
-            .process(WriteContext {
-                snapshot: engine.latest(),
-                cm,
-            })
-            .inspect(|result| cm.note_committed(&result.committed)),
+        JobInput::Run { engine, cm } => cmd.process(WriteContext {
+            snapshot: engine.latest(),
+            cm,
+        }),
         JobInput::Abort(e) => Err(e),
     };
     match processed {

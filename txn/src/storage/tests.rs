@@ -328,11 +328,10 @@ fn hinted_version<E: Engine>(storage: &Storage<E>, key: &Key) -> Option<TimeStam
 }
 
 /// Point reads fetch a key's newest data version by point get when the
-/// region noted it at commit (version hints): every answer equals what a
+/// region recorded it at commit (version hints): every answer equals what a
 /// seek gives, over a Rollback and a Lock record above the data, a Delete,
-/// reads below the newest version, and a 1PC commit whose write failed
-/// after its version was noted. Checked against a region without hints
-/// reading the same engine.
+/// reads below the newest version, and a 1PC commit whose write failed.
+/// Checked against a region without hints reading the same engine.
 #[test]
 fn point_reads_with_version_hints_answer_as_seeks_do() {
     use crate::testing::FaultyEngine;
@@ -389,7 +388,8 @@ fn point_reads_with_version_hints_answer_as_seeks_do() {
     agree(80, Some("v2"));
     agree(60, None);
     assert_eq!(hint(), Some(ts(71)));
-    // A 1PC commit noted, then not written: never confirmed, never used.
+    // A 1PC commit whose write failed: nothing recorded, and the failed
+    // write moved the key's epoch, so the read seeks.
     engine.fail_next_writes(1);
     let one_pc = Prewrite::new(
         vec![Mutation::put(k.clone(), b"lost".to_vec())],
@@ -398,7 +398,7 @@ fn point_reads_with_version_hints_answer_as_seeks_do() {
     )
     .one_pc(TimeStamp::zero());
     assert!(storage.prewrite(one_pc).is_err());
-    assert_eq!(hint(), None);
+    assert_eq!(hint(), Some(ts(71)));
     agree(200, Some("v2"));
     put(210, 211, "v3");
     assert_eq!(hint(), Some(ts(211)));
