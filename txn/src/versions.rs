@@ -76,9 +76,11 @@ const RECORD_WORDS: usize = 20;
 /// until a read offers the version at a known epoch.
 const NO_EPOCH: u64 = u64::MAX;
 
-/// One key's hint: four cache lines.
+/// One key's hint: four cache lines, its fields in this order (`repr(C)`:
+/// left to the compiler, the sequence may land in a line that a prefetch
+/// of the slot's first lines misses; see [`Slot::lines`]).
 #[derive(Default)]
-#[repr(align(64))]
+#[repr(C, align(64))]
 struct Slot {
     /// Odd while a writer changes the slot; bumped twice per change.
     seq: AtomicU64,
@@ -179,6 +181,22 @@ impl Packed {
 }
 
 impl Slot {
+    /// A word in each of the slot's cache lines, for prefetching. (The
+    /// slot is `repr(C)`: with its fields in this order, the header and
+    /// the key share the first two lines with the record's head, so a
+    /// lookup reads two lines.)
+    fn lines(&self) -> [&AtomicU64; 4] {
+        const _: () = {
+            use std::mem::{offset_of, size_of};
+            assert!(size_of::<Slot>() == 4 * 64);
+            assert!(offset_of!(Slot, seq) == 0);
+            assert!(offset_of!(Slot, key) + 3 * 8 == 64);
+            assert!(offset_of!(Slot, record) + 4 * 8 == 2 * 64);
+            assert!(offset_of!(Slot, record) + 12 * 8 == 3 * 64);
+        };
+        [&self.seq, &self.key[3], &self.record[4], &self.record[12]]
+    }
+
     /// What the slot holds, or `None` if a writer was changing it. With
     /// `want`, also the record's bytes when held and the slot holds that
     /// key (appended to the buffer).
@@ -298,8 +316,8 @@ impl VersionCache {
         Packed::new(key, self.slots_per_shard)
     }
 
-    /// Starts bringing `key`'s two slots (the lines a lookup reads) into
-    /// the CPU's caches, if its shard has its slots yet.
+    /// Starts bringing `key`'s two slots into the CPU's caches, every line
+    /// of them (a commit writes one whole), if its shard has its slots yet.
     pub(crate) fn prefetch(&self, key: &Key) {
         let bytes = key.as_encoded();
         if bytes.len() > KEY_WORDS * 8 || self.slots_per_shard == 0 {
@@ -308,8 +326,9 @@ impl VersionCache {
         let (shard, first) = slots_of(bytes, self.slots_per_shard);
         if let Some(slots) = self.shards[shard].slots.get() {
             for slot in &slots[first..first + 2] {
-                percolate_engine::mem::prefetch(slot);
-                percolate_engine::mem::prefetch(&slot.key[KEY_WORDS - 1]);
+                for word in slot.lines() {
+                    percolate_engine::mem::prefetch(word);
+                }
             }
         }
     }
