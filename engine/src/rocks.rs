@@ -240,6 +240,9 @@ struct Inner {
     path: PathBuf,
     /// Read options of point reads at the latest data (no snapshot).
     latest_read: ReadOptions,
+    /// Write options of buffered and of synced writes, made once instead
+    /// of per write.
+    write_options: [rocksdb::WriteOptions; 2],
     /// Write-CF write epochs and ts ceilings ([`Engine::write_epoch`],
     /// [`Engine::write_ts_ceiling`]).
     epochs: WriteEpochs,
@@ -354,6 +357,11 @@ impl RocksEngine {
             db,
             path,
             latest_read: ReadOptions::default(),
+            write_options: [false, true].map(|sync| {
+                let mut options = rocksdb::WriteOptions::default();
+                options.set_sync(sync);
+                options
+            }),
             epochs: WriteEpochs::new(crate::epochs::BUCKETS, ceiling),
             persisted_ceiling: AtomicU64::new(ceiling),
             raising: Mutex::new(()),
@@ -816,9 +824,8 @@ impl RocksEngine {
             handle(db, Cf::ALL[4])?,
         ];
         let (mut wb, newest) = self.rocks_batch(batch, &handles);
-        let mut opts = rocksdb::WriteOptions::default();
-        opts.set_sync(options.durability == Durability::Sync);
         let inner = &self.inner;
+        let opts = &inner.write_options[usize::from(options.durability == Durability::Sync)];
         if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
             // The batch's records go above the ceiling on disk: raise it in
             // the same atomic write. Writes below it need not wait for
@@ -831,14 +838,14 @@ impl RocksEngine {
                     TS_CEILING_KEY,
                     ceiling.to_be_bytes(),
                 );
-                db.write_opt(wb, &opts)?;
+                inner.db.write_opt(wb, opts)?;
                 inner.persisted_ceiling.store(ceiling, Ordering::SeqCst);
                 return Ok(());
             }
         }
         // A batch of memory-only locks alone writes nothing.
         if !wb.is_empty() {
-            db.write_opt(wb, &opts)?;
+            inner.db.write_opt(wb, opts)?;
         }
         Ok(())
     }

@@ -104,6 +104,7 @@ impl CommitPlan {
     }
 }
 
+#[cfg(any(test, feature = "sim"))]
 impl CommitPlan {
     /// Each region's keys, in key order, by region index.
     pub fn keys_by_region(&self) -> Vec<(usize, Vec<Key>)> {
