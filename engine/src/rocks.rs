@@ -815,15 +815,8 @@ impl RocksEngine {
     /// Writes `batch` to RocksDB, raising the persisted ts ceiling with it
     /// where its records pass it.
     fn apply(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
-        let db = &self.inner.db;
-        let handles = [
-            handle(db, Cf::ALL[0])?,
-            handle(db, Cf::ALL[1])?,
-            handle(db, Cf::ALL[2])?,
-            handle(db, Cf::ALL[3])?,
-            handle(db, Cf::ALL[4])?,
-        ];
-        let (mut wb, newest) = self.rocks_batch(batch, &handles);
+        let mut handles = Handles::new(&self.inner.db);
+        let (mut wb, newest) = self.rocks_batch(batch, &mut handles)?;
         let inner = &self.inner;
         let opts = &inner.write_options[usize::from(options.durability == Durability::Sync)];
         if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
@@ -834,7 +827,7 @@ impl RocksEngine {
             if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
                 let ceiling = newest.saturating_add(TS_CEILING_STEP);
                 wb.put_cf(
-                    handles[Cf::Default.index()],
+                    handles.get(Cf::Default)?,
                     TS_CEILING_KEY,
                     ceiling.to_be_bytes(),
                 );
@@ -855,8 +848,8 @@ impl RocksEngine {
     fn rocks_batch(
         &self,
         batch: &WriteBatch,
-        handles: &[&ColumnFamily; Cf::ALL.len()],
-    ) -> (rocksdb::WriteBatch, u64) {
+        handles: &mut Handles<'_>,
+    ) -> Result<(rocksdb::WriteBatch, u64)> {
         let mut newest = 0;
         // Room for every record up front: the batch is one growing string,
         // re-copied at each doubling otherwise.
@@ -872,7 +865,7 @@ impl RocksEngine {
                     // that no key is in both.
                     if locks.holds_in_rocksdb(key) {
                         set_data_key(&mut stored, key);
-                        wb.delete_cf(handles[cf.index()], &stored);
+                        wb.delete_cf(handles.get(*cf)?, &stored);
                     }
                 }
                 Modify::Put { cf, key, value } => {
@@ -882,22 +875,46 @@ impl RocksEngine {
                         newest = newest.max(crate::epochs::commit_ts(key));
                     }
                     set_data_key(&mut stored, key);
-                    wb.put_cf(handles[cf.index()], &stored, value)
+                    wb.put_cf(handles.get(*cf)?, &stored, value)
                 }
                 // Nothing to delete from RocksDB.
                 Modify::Delete { cf: Cf::Lock, key } if locks.holds_memory_only(key) => {}
                 Modify::Delete { cf, key } => {
                     set_data_key(&mut stored, key);
-                    wb.delete_cf(handles[cf.index()], &stored)
+                    wb.delete_cf(handles.get(*cf)?, &stored)
                 }
                 // RocksDB rejects an inverted range; it removes nothing.
                 Modify::DeleteRange { start, end, .. } if start >= end => {}
                 Modify::DeleteRange { cf, start, end } => {
-                    wb.delete_range_cf(handles[cf.index()], data_key(start), data_key(end))
+                    wb.delete_range_cf(handles.get(*cf)?, data_key(start), data_key(end))
                 }
             }
         }
-        (wb, newest)
+        Ok((wb, newest))
+    }
+}
+
+/// The column family handles of one write, each looked up (by name) the
+/// first time the write needs it: a write touches one or two of them.
+struct Handles<'a> {
+    db: &'a DB,
+    found: [Option<&'a ColumnFamily>; Cf::ALL.len()],
+}
+
+impl<'a> Handles<'a> {
+    fn new(db: &'a DB) -> Self {
+        Handles {
+            db,
+            found: [None; Cf::ALL.len()],
+        }
+    }
+
+    fn get(&mut self, cf: Cf) -> Result<&'a ColumnFamily> {
+        let slot = &mut self.found[cf.index()];
+        if let Some(found) = slot {
+            return Ok(found);
+        }
+        Ok(*slot.insert(handle(self.db, cf)?))
     }
 }
 
