@@ -21,7 +21,7 @@
 //! [`lock_keys`]: ConcurrencyManager::lock_keys
 //! [`read_key`]: ConcurrencyManager::read_key
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -183,7 +183,7 @@ fn shard_of(key: &Key) -> usize {
 #[repr(align(128))]
 struct LockShard {
     /// Invariant: an entry lives exactly as long as its [`KeyGuard`].
-    table: Mutex<BTreeMap<Key, Arc<MemoryLock>>>,
+    table: Mutex<BTreeSet<Entry>>,
     /// The number of entries in `table`, stored while its mutex is held,
     /// so that a reader who finds it zero can skip the mutex (see
     /// [`ConcurrencyManager::read_key`]).
@@ -224,9 +224,42 @@ impl VersionHints for HintsHandle {
     }
 }
 
+/// An entry of a shard's table: a key's memory lock, ordered by the key
+/// it holds (so that the key is stored once, in the lock).
+#[derive(Debug)]
+struct Entry(Arc<MemoryLock>);
+
+impl std::borrow::Borrow<Key> for Entry {
+    fn borrow(&self) -> &Key {
+        &self.0.key
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.key.cmp(&other.0.key)
+    }
+}
+
 /// The slot of one key in the memory lock table.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryLock {
+    /// The key held.
+    key: Key,
     slot: Mutex<Slot>,
     /// Signalled when the key leaves the table, if `slot.waiters` is not
     /// zero.
@@ -246,10 +279,18 @@ struct Slot {
 }
 
 impl MemoryLock {
-    /// Runs `check` on the lock of `key` held here, if one is published.
-    fn check<E>(&self, key: &Key, check: &impl Fn(&Lock, &Key) -> Result<(), E>) -> Result<(), E> {
+    fn new(key: Key) -> Self {
+        MemoryLock {
+            key,
+            slot: Mutex::default(),
+            released: Condvar::new(),
+        }
+    }
+
+    /// Runs `check` on the lock held here, if one is published.
+    fn check<E>(&self, check: &impl Fn(&Lock, &Key) -> Result<(), E>) -> Result<(), E> {
         match &self.slot.lock().lock {
-            Some(lock) => check(lock, key),
+            Some(lock) => check(lock, &self.key),
             None => Ok(()),
         }
     }
@@ -270,7 +311,6 @@ impl MemoryLock {
 #[derive(Debug)]
 pub struct KeyGuard {
     shard: Arc<LockShard>,
-    key: Key,
     handle: Arc<MemoryLock>,
 }
 
@@ -278,7 +318,7 @@ impl KeyGuard {
     /// The key held.
     #[cfg(any(test, feature = "test-util"))]
     pub fn key(&self) -> &Key {
-        &self.key
+        &self.handle.key
     }
 
     /// Publishes the lock being written for this key, for readers to see.
@@ -292,10 +332,10 @@ impl Drop for KeyGuard {
     fn drop(&mut self) {
         let mut table = self.shard.table.lock();
         if table
-            .get(&self.key)
-            .is_some_and(|h| Arc::ptr_eq(h, &self.handle))
+            .get(&self.handle.key)
+            .is_some_and(|entry| Arc::ptr_eq(&entry.0, &self.handle))
         {
-            table.remove(&self.key);
+            table.remove(&self.handle.key);
             self.shard.entries.store(table.len(), Ordering::SeqCst);
         }
         drop(table);
@@ -490,21 +530,22 @@ impl ConcurrencyManager {
 
     /// Puts `keys` into the memory lock table (sorted first, so concurrent
     /// callers cannot deadlock). Keys are held until the guards drop.
-    pub fn lock_keys(&self, keys: impl IntoIterator<Item = Key>) -> Vec<KeyGuard> {
-        let mut keys: Vec<Key> = keys.into_iter().collect();
+    pub fn lock_keys<'k>(&self, keys: impl IntoIterator<Item = &'k Key>) -> Vec<KeyGuard> {
+        let mut keys: Vec<&Key> = keys.into_iter().collect();
         keys.sort_unstable();
         keys.dedup();
         keys.into_iter()
             .map(|key| {
-                let shard = self.inner.shard(&key);
-                let handle = Arc::new(MemoryLock::default());
+                let shard = self.inner.shard(key);
+                let handle = Arc::new(MemoryLock::new(key.clone()));
                 let mut table = shard.table.lock();
-                table.insert(key.clone(), handle.clone());
+                // A key still held by another command's guard (which then
+                // leaves the table alone) is taken over.
+                table.replace(Entry(handle.clone()));
                 shard.entries.store(table.len(), Ordering::SeqCst);
                 drop(table);
                 KeyGuard {
                     shard: shard.clone(),
-                    key,
                     handle,
                 }
             })
@@ -535,7 +576,7 @@ impl ConcurrencyManager {
     pub fn lock_for_publish<'a>(&self, guards: &'a [KeyGuard]) -> (TimeStamp, PublishGuard<'a>) {
         let slots = guards
             .iter()
-            .map(|g| (&g.key, g.handle.slot.lock()))
+            .map(|g| (&g.handle.key, g.handle.slot.lock()))
             .collect();
         (self.max_ts(), PublishGuard { slots })
     }
@@ -609,10 +650,10 @@ impl ConcurrencyManager {
         if Self::is_empty(shard) {
             return Ok(());
         }
-        let Some(handle) = shard.table.lock().get(key).cloned() else {
+        let Some(handle) = shard.table.lock().get(key).map(|entry| entry.0.clone()) else {
             return Ok(());
         };
-        handle.check(key, check).map_err(|e| (e, handle))
+        handle.check(check).map_err(|e| (e, handle))
     }
 
     /// Runs `check` on every published memory lock with a key in `[start,
@@ -643,7 +684,7 @@ impl ConcurrencyManager {
         }
         let lower = start.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included);
         let upper = end.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
-        let mut handles: Vec<(Key, Arc<MemoryLock>)> = Vec::new();
+        let mut handles: Vec<Arc<MemoryLock>> = Vec::new();
         for shard in self.inner.shards.iter() {
             if Self::is_empty(shard) {
                 continue;
@@ -652,12 +693,12 @@ impl ConcurrencyManager {
             handles.extend(
                 table
                     .range::<Key, _>((lower, upper))
-                    .map(|(k, h)| (k.clone(), h.clone())),
+                    .map(|entry| entry.0.clone()),
             );
         }
-        handles.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for (key, handle) in handles {
-            handle.check(&key, check).map_err(|e| (e, handle.clone()))?;
+        handles.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        for handle in handles {
+            handle.check(check).map_err(|e| (e, handle.clone()))?;
         }
         Ok(())
     }
@@ -669,7 +710,13 @@ impl ConcurrencyManager {
             .inner
             .shards
             .iter()
-            .flat_map(|shard| shard.table.lock().values().cloned().collect::<Vec<_>>())
+            .flat_map(|shard| {
+                let table = shard.table.lock();
+                table
+                    .iter()
+                    .map(|entry| entry.0.clone())
+                    .collect::<Vec<_>>()
+            })
             .collect();
         handles
             .iter()
@@ -734,7 +781,7 @@ mod tests {
             Key::from_raw(b"b"),
             Key::from_raw(b"c"),
         );
-        let guards = cm.lock_keys([c.clone(), a.clone(), c.clone()]);
+        let guards = cm.lock_keys([&c, &a, &c]);
         assert_eq!(guards.len(), 2);
         assert_eq!(guards[0].key(), &a, "sorted");
         // Held but not yet published: readers pass.
@@ -772,7 +819,7 @@ mod tests {
         let cm = ConcurrencyManager::new(ts(1));
         let key = Key::from_raw(b"k");
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let guards = cm.lock_keys([key.clone()]);
+            let guards = cm.lock_keys([&key]);
             guards[0].set_lock(Lock::new(LockType::Put, b"k".to_vec(), ts(5), 0));
             panic!("action failed");
         }));

@@ -311,11 +311,15 @@ impl<E: Engine> Transaction<E> {
         // Without the time already spent, a transaction kept open longer
         // than the TTL would write locks that are expired from the start,
         // and any reader could roll it back before its first heart beat.
-        let elapsed_ms = u64::try_from(self.began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // One clock read serves the TTL and the commit's latency.
+        let now = std::time::Instant::now();
+        let elapsed = now.saturating_duration_since(self.began);
+        let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         let lock_ttl_ms = self.client.config.lock_ttl_ms.saturating_add(elapsed_ms);
         let durability = options.durability.or(self.client.config.durability);
         let metrics = &self.client.metrics;
-        let (start, pessimistic) = (metrics.start(), pessimism.is_some());
+        let start = metrics.is_enabled().then_some(now);
+        let pessimistic = pessimism.is_some();
         let outcome = Committer::new(&self.client, self.start_ts, lock_ttl_ms, buffer, pessimism)
             .durability(durability)
             .run();

@@ -232,7 +232,7 @@ impl WriteCommand for Prewrite {
             }
             return Ok(written);
         }
-        let guards = ctx.cm.lock_keys(mutations.iter().map(|m| m.key.clone()));
+        let guards = ctx.cm.lock_keys(mutations.iter().map(|m| &m.key));
         let (max_ts, publish) = ctx.cm.lock_for_publish(&guards);
         props.max_ts = max_ts;
         // On error `publish` drops unpublished and `guards` leave the table.

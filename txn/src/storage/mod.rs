@@ -494,9 +494,10 @@ impl<E: Engine> Storage<E> {
     /// Locks keys of a pessimistic transaction: see
     /// [`AcquirePessimisticLock`]. With a `wait_timeout`, a request that
     /// meets another transaction's lock waits for it to be released (see
-    /// [`LockWaits`]) and runs again, until the timeout
-    /// passes (then it fails with that lock's `KeyIsLocked`) or waiting would
-    /// close a cycle (`Deadlock`, at once). Without one it runs once.
+    /// [`LockWaits`]) and runs again, until the timeout (counted from the
+    /// first lock met) passes (then it fails with that lock's
+    /// `KeyIsLocked`) or waiting would close a cycle (`Deadlock`, at once).
+    /// Without one it runs once.
     pub fn acquire_pessimistic_lock(
         &self,
         cmd: AcquirePessimisticLock,
@@ -504,12 +505,13 @@ impl<E: Engine> Storage<E> {
         let Some(timeout) = cmd.wait_timeout else {
             return self.write(cmd);
         };
-        let deadline = crate::deadline_after(timeout);
-        // Most requests meet no lock: the first goes without watching.
+        // Most requests meet no lock: the first goes without watching (or
+        // reading the clock).
         let mut info = match self.write(cmd.clone()) {
             Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) => info,
             other => return other,
         };
+        let deadline = crate::deadline_after(timeout);
         let waits = self.concurrency_manager().lock_waits();
         let keys = cmd.latch_keys();
         loop {
