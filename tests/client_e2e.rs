@@ -590,7 +590,7 @@ fn read_past_a_prewrite_in_flight<T: std::fmt::Debug + PartialEq>(
         .storage()
         .concurrency_manager()
         .clone();
-    let guards = cm.lock_keys([&Key::from_raw(b"h")]);
+    let guards = cm.lock_keys([Key::from_raw(b"h")]);
     guards[0].set_lock(lock);
     let reader = client.begin().unwrap();
     let released = AtomicBool::new(false);

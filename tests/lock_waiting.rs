@@ -386,7 +386,7 @@ fn resolve_lock_skips_a_pessimistic_lock_gone_since_its_read<E: Engine>(Bare(eng
 fn scan_lock_fails_on_a_memory_lock_below_its_ts<E: Engine>(Bare(engine): Bare<E>) {
     let s = storage(engine);
     let cm = s.concurrency_manager();
-    let guards = cm.lock_keys([&key(b"m")]);
+    let guards = cm.lock_keys([key(b"m")]);
     guards[0].set_lock(Lock::new(LockType::Put, b"m".to_vec(), ts(10), 3000));
     let err = s.scan_lock(None, None, ts(20), 0).unwrap_err();
     match err.as_mvcc() {

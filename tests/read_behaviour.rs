@@ -730,7 +730,7 @@ fn b13_memory_lock_fails_the_whole_scan<E: Engine>(f: MvccFixture<E>) {
         f.put_committed(key, b"v", 1, 2);
     }
     let cm = ConcurrencyManager::new(ts(1));
-    let guards = cm.lock_keys([&Key::from_raw(b"key")]);
+    let guards = cm.lock_keys([Key::from_raw(b"key")]);
     guards[0].set_lock(Lock::new(LockType::Put, b"key".to_vec(), ts(10), 3000));
     let scan = |start: &[u8], reverse: bool, bypass: TsSet| {
         let request = ScanRequest {

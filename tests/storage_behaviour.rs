@@ -323,7 +323,7 @@ impl<E: Engine> StorageFixture<E> {
     /// transaction s=10 (min_commit_ts 11), as a prewrite does before its
     /// write reaches the engine: async-commit, or 1PC with `one_pc`.
     fn hold_memory_lock(&self, k: &[u8], one_pc: bool) -> KeyGuard {
-        let mut guards = self.storage.concurrency_manager().lock_keys([&key(k)]);
+        let mut guards = self.storage.concurrency_manager().lock_keys([key(k)]);
         let mut lock = Lock::new(LockType::Put, k.to_vec(), ts(10), 3000);
         lock.use_async_commit = !one_pc;
         lock.use_one_pc = one_pc;

@@ -252,7 +252,7 @@ impl WriteCommand for FailAfterLocking {
         self,
         ctx: WriteContext<'_, S>,
     ) -> percolate::txn::Result<WriteResult<()>> {
-        let guards = ctx.concurrency_manager().lock_keys([&self.key]);
+        let guards = ctx.concurrency_manager().lock_keys([self.key.clone()]);
         let mut lock = Lock::new(LockType::Put, b"primary".to_vec(), ts(40), 3000);
         lock.use_async_commit = true;
         lock.min_commit_ts = ts(41);

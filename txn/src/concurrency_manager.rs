@@ -528,14 +528,19 @@ impl ConcurrencyManager {
         Ok(())
     }
 
-    /// Puts `keys` into the memory lock table (sorted first, so concurrent
-    /// callers cannot deadlock). Keys are held until the guards drop.
-    pub fn lock_keys<'k>(&self, keys: impl IntoIterator<Item = &'k Key>) -> Vec<KeyGuard> {
-        let mut keys: Vec<&Key> = keys.into_iter().collect();
-        keys.sort_unstable();
-        keys.dedup();
-        keys.into_iter()
+    /// Puts `keys` (owned or borrowed) into the memory lock table (sorted
+    /// first, so concurrent callers cannot deadlock). Keys are held until
+    /// the guards drop.
+    pub fn lock_keys<K: std::borrow::Borrow<Key>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Vec<KeyGuard> {
+        let mut keys: Vec<K> = keys.into_iter().collect();
+        keys.sort_unstable_by(|a, b| a.borrow().cmp(b.borrow()));
+        keys.dedup_by(|a, b| a.borrow() == b.borrow());
+        keys.iter()
             .map(|key| {
+                let key: &Key = key.borrow();
                 let shard = self.inner.shard(key);
                 let handle = Arc::new(MemoryLock::new(key.clone()));
                 let mut table = shard.table.lock();
@@ -819,7 +824,8 @@ mod tests {
         let cm = ConcurrencyManager::new(ts(1));
         let key = Key::from_raw(b"k");
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let guards = cm.lock_keys([&key]);
+            // Owned keys as well as borrowed ones.
+            let guards = cm.lock_keys([key.clone()]);
             guards[0].set_lock(Lock::new(LockType::Put, b"k".to_vec(), ts(5), 0));
             panic!("action failed");
         }));
