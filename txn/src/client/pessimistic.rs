@@ -323,7 +323,14 @@ impl<E: Engine> PessimisticTransaction<E> {
             // The latch slots, bookkeeping buckets and version hints the
             // request reads: their cache misses overlap instead of adding up.
             storage.prefetch(request.keys.iter().map(|(key, _)| key));
-            match storage.acquire_pessimistic_lock(request) {
+            // Made again, rather than copied, only for a retry after a wait.
+            let mut first = Some(request);
+            let requested = storage.acquire_pessimistic_lock_from(|| {
+                first.take().unwrap_or_else(|| {
+                    self.lock_request(client, keys, for_update_ts, want_values, should_not_exist)
+                })
+            });
+            match requested {
                 Ok(results) => {
                     return self.locked(client, results, want_values).inspect_err(|_| {
                         // The caller keeps no record of these locks: they

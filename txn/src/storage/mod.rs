@@ -502,16 +502,32 @@ impl<E: Engine> Storage<E> {
         &self,
         cmd: AcquirePessimisticLock,
     ) -> Result<Vec<PessimisticLockKeyResult>> {
-        let Some(timeout) = cmd.wait_timeout else {
+        if cmd.wait_timeout.is_none() {
             return self.write(cmd);
+        }
+        self.acquire_pessimistic_lock_from(|| cmd.clone())
+    }
+
+    /// [`acquire_pessimistic_lock`](Self::acquire_pessimistic_lock) of the
+    /// request `request` makes, called once for the first attempt and again
+    /// only if that one meets a lock: a caller that can make the request
+    /// afresh saves copying it for a retry that rarely comes.
+    pub(crate) fn acquire_pessimistic_lock_from(
+        &self,
+        mut request: impl FnMut() -> AcquirePessimisticLock,
+    ) -> Result<Vec<PessimisticLockKeyResult>> {
+        let first = request();
+        let Some(timeout) = first.wait_timeout else {
+            return self.write(first);
         };
         // Most requests meet no lock: the first goes without watching (or
         // reading the clock).
-        let mut info = match self.write(cmd.clone()) {
+        let mut info = match self.write(first) {
             Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) => info,
             other => return other,
         };
         let deadline = crate::deadline_after(timeout);
+        let cmd = request();
         let waits = self.concurrency_manager().lock_waits();
         let keys = cmd.latch_keys();
         loop {
