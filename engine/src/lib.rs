@@ -48,7 +48,7 @@ pub use error::{Error, Result};
 pub use memory::{MemoryEngine, MemoryIterator, MemorySnapshot};
 pub use rocks::{
     COMPRESSION_PER_LEVEL, Compression, DATA_PREFIX, RocksEngine, RocksIterator, RocksOptions,
-    RocksSnapshot, SalvageReport, WalRecovery,
+    RocksSnapshot, SalvageReport, WalRecovery, concurrent_memtable_writes_default,
 };
 pub use rocks::{SstEvent, SstFileInfo, SstSink};
 pub use stats::EngineStats;

@@ -273,7 +273,7 @@ pub fn open(kind: Kind, dir: &Path, setup: Setup) -> Result<Box<dyn System>, Box
 /// RocksDB options as percolate's `RocksEngine` sets its CFs: a 128 MiB
 /// shared LRU block cache, 10-bit bloom filters, 64 MiB memtables, no
 /// compression on L0-L1, lz4 on L2-L4, zstd below, 2 background jobs,
-/// pipelined writes.
+/// pipelined writes, concurrent memtable inserts only with 8 or more CPUs.
 fn rocks_options() -> Options {
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&Cache::new_lru_cache(128 << 20));
@@ -285,6 +285,7 @@ fn rocks_options() -> Options {
     opts.set_bytes_per_sync(1 << 20);
     opts.set_wal_bytes_per_sync(512 << 10);
     opts.set_enable_pipelined_write(true);
+    opts.set_allow_concurrent_memtable_write(percolate_engine::concurrent_memtable_writes_default());
     opts.set_write_buffer_size(64 << 20);
     // The same as percolate's own RocksDB.
     opts.set_compression_per_level(&percolate_engine::COMPRESSION_PER_LEVEL);
