@@ -593,6 +593,46 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_writers_land_every_batch_with_parallel_memtable_inserts_on_or_off() {
+        for concurrent_memtable_writes in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let options = RocksOptions {
+                concurrent_memtable_writes,
+                ..RocksOptions::default()
+            };
+            let engine = RocksEngine::open_with(dir.path(), &options).unwrap();
+            std::thread::scope(|s| {
+                for t in 0..4u32 {
+                    let engine = &engine;
+                    s.spawn(move || {
+                        for i in 0..500u32 {
+                            let mut batch = WriteBatch::default();
+                            for cf in [Cf::Default, Cf::Write] {
+                                batch.put(cf, format!("zt{t}-{i:04}").into_bytes(), vec![b'v'; 40]);
+                            }
+                            engine.write(&batch, WriteOptions::default()).unwrap();
+                        }
+                    });
+                }
+            });
+            let snap = engine.snapshot();
+            for cf in [Cf::Default, Cf::Write] {
+                let mut iter = snap.iter(cf, IterOptions::default()).unwrap();
+                let mut count = 0;
+                let mut found = iter.seek_to_first().unwrap();
+                while found {
+                    count += 1;
+                    found = iter.next().unwrap();
+                }
+                assert_eq!(
+                    count, 2000,
+                    "{cf:?}, concurrent: {concurrent_memtable_writes}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn memory_and_rocks_agree_on_random_batches() {
         for seed in 0..8 {
             check_memory_matches_rocks(seed, 60);

@@ -840,7 +840,11 @@ impl RocksEngine {
     /// where its records pass it.
     fn apply(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
         let mut handles = Handles::new(&self.inner.db);
-        let (mut wb, newest) = self.rocks_batch(batch, &mut handles)?;
+        let (wb, newest) = self.rocks_batch(batch, &mut handles)?;
+        // A batch of memory-only locks alone writes nothing.
+        let Some(mut wb) = wb else {
+            return Ok(());
+        };
         let inner = &self.inner;
         let opts = &inner.write_options[usize::from(options.durability == Durability::Sync)];
         if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
@@ -860,24 +864,30 @@ impl RocksEngine {
                 return Ok(());
             }
         }
-        // A batch of memory-only locks alone writes nothing.
-        if !wb.is_empty() {
-            inner.db.write_opt(wb, opts)?;
-        }
+        inner.db.write_opt(wb, opts)?;
         Ok(())
     }
 
     /// `batch` as a RocksDB write batch (memory-only locks left to the lock
-    /// mirror), with the newest commit ts it writes (0 if none).
+    /// mirror), with the newest commit ts it writes (0 if none); no batch
+    /// when nothing is left for RocksDB (a pessimistic lock request's
+    /// batch), so that such a write allocates none.
     fn rocks_batch(
         &self,
         batch: &WriteBatch,
         handles: &mut Handles<'_>,
-    ) -> Result<(rocksdb::WriteBatch, u64)> {
+    ) -> Result<(Option<rocksdb::WriteBatch>, u64)> {
         let mut newest = 0;
+        let mut made = None;
         // Room for every record up front: the batch is one growing string,
         // re-copied at each doubling otherwise.
-        let mut wb = rocksdb::WriteBatch::with_capacity_bytes(rocks_batch_size(batch));
+        let size = rocks_batch_size(batch);
+        fn made_for(
+            made: &mut Option<rocksdb::WriteBatch>,
+            size: usize,
+        ) -> &mut rocksdb::WriteBatch {
+            made.get_or_insert_with(|| rocksdb::WriteBatch::with_capacity_bytes(size))
+        }
         // RocksDB copies keys into the batch: one scratch buffer serves all.
         let mut stored = Vec::new();
         let locks = &self.inner.locks;
@@ -889,7 +899,7 @@ impl RocksEngine {
                     // that no key is in both.
                     if locks.holds_in_rocksdb(key) {
                         set_data_key(&mut stored, key);
-                        wb.delete_cf(handles.get(*cf)?, &stored);
+                        made_for(&mut made, size).delete_cf(handles.get(*cf)?, &stored);
                     }
                 }
                 Modify::Put { cf, key, value } => {
@@ -899,22 +909,21 @@ impl RocksEngine {
                         newest = newest.max(crate::epochs::commit_ts(key));
                     }
                     set_data_key(&mut stored, key);
-                    wb.put_cf(handles.get(*cf)?, &stored, value)
+                    made_for(&mut made, size).put_cf(handles.get(*cf)?, &stored, value)
                 }
                 // Nothing to delete from RocksDB.
                 Modify::Delete { cf: Cf::Lock, key } if locks.holds_memory_only(key) => {}
                 Modify::Delete { cf, key } => {
                     set_data_key(&mut stored, key);
-                    wb.delete_cf(handles.get(*cf)?, &stored)
+                    made_for(&mut made, size).delete_cf(handles.get(*cf)?, &stored)
                 }
                 // RocksDB rejects an inverted range; it removes nothing.
                 Modify::DeleteRange { start, end, .. } if start >= end => {}
-                Modify::DeleteRange { cf, start, end } => {
-                    wb.delete_range_cf(handles.get(*cf)?, data_key(start), data_key(end))
-                }
+                Modify::DeleteRange { cf, start, end } => made_for(&mut made, size)
+                    .delete_range_cf(handles.get(*cf)?, data_key(start), data_key(end)),
             }
         }
-        Ok((wb, newest))
+        Ok((made, newest))
     }
 }
 
