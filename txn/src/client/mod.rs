@@ -638,7 +638,8 @@ impl<E: Engine> Client<E> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn view<T>(&self, work: impl FnOnce(&Transaction<E>) -> Result<T>) -> Result<T> {
-        work(&self.begin()?)
+        let (start_ts, live) = self.inner.auto_gc.live.fresh(&*self.inner.oracle)?;
+        work(&Transaction::read_only(self.inner.clone(), start_ts, live))
     }
 
     /// Runs `work` in a new transaction and commits it; on a retryable

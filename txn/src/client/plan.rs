@@ -11,7 +11,7 @@ use percolate_mvcc::{Key, TimeStamp};
 
 use super::{CommitInfo, CommitProtocol};
 use crate::actions::prewrite::{Mutation, PessimisticAction, PrewriteResult, TransactionKind};
-use crate::commands::Prewrite;
+use crate::commands::{Prewrite, PrewriteRef};
 
 /// What a [`CommitPlan`] follows: the parts of
 /// [`ClientConfig`](super::ClientConfig) that shape a commit.
@@ -176,26 +176,54 @@ impl PrewriteShape<'_> {
     /// commit (the batch holding the primary lists the secondaries), or
     /// 2PC, as the protocol says.
     pub fn command(&self, mutations: Vec<Mutation>) -> Prewrite {
-        let holds_primary = mutations
-            .iter()
-            .any(|m| m.key.is_encoded_from(self.primary));
-        let mut prewrite = Prewrite::new(mutations, self.primary.to_vec(), self.start_ts)
+        let request = self.request(&mutations, &[]);
+        let (props, secondaries) = (request.props, request.secondaries.map(<[_]>::to_vec));
+        Prewrite {
+            mutations,
+            props,
+            secondaries,
+            notify: Vec::new(),
+        }
+    }
+
+    /// The prewrite of [`command`](Self::command), over `mutations` and
+    /// `notify` borrowed.
+    pub(crate) fn request<'m>(
+        &'m self,
+        mutations: &'m [Mutation],
+        notify: &'m [Key],
+    ) -> PrewriteRef<'m> {
+        let mut prewrite = Prewrite::new(Vec::new(), self.primary.to_vec(), self.start_ts)
             .lock_ttl(self.lock_ttl_ms)
             .txn_size(self.txn_size);
         if let Some(for_update_ts) = self.for_update_ts {
             prewrite.props.kind = TransactionKind::Pessimistic { for_update_ts };
         }
-        match self.protocol {
-            CommitProtocol::OnePc => prewrite.one_pc(TimeStamp::zero()),
-            CommitProtocol::AsyncCommit => {
-                let secondaries = if holds_primary {
-                    self.secondaries.to_vec()
-                } else {
-                    Vec::new()
-                };
-                prewrite.async_commit(secondaries, TimeStamp::zero())
+        let holds_primary = || {
+            mutations
+                .iter()
+                .any(|m| m.key.is_encoded_from(self.primary))
+        };
+        let secondaries = match self.protocol {
+            CommitProtocol::OnePc => {
+                prewrite = prewrite.one_pc(TimeStamp::zero());
+                None
             }
-            _ => prewrite,
+            CommitProtocol::AsyncCommit => {
+                prewrite = prewrite.async_commit(Vec::new(), TimeStamp::zero());
+                Some(if holds_primary() {
+                    self.secondaries
+                } else {
+                    &[]
+                })
+            }
+            _ => None,
+        };
+        PrewriteRef {
+            mutations,
+            props: prewrite.props,
+            secondaries,
+            notify,
         }
     }
 }

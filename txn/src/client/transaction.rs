@@ -127,8 +127,10 @@ pub struct Transaction<E: Engine = RocksEngine> {
     start_ts: TimeStamp,
     /// When the start_ts was taken, by this process's clock: a lock's TTL
     /// counts from its start_ts, so the locks of a transaction that stayed
-    /// open for a while get that time on top of the configured TTL.
-    began: Instant,
+    /// open for a while get that time on top of the configured TTL. `None`
+    /// for a [`Client::view`](super::Client::view), which cannot commit:
+    /// a read-only snapshot spares the clock read.
+    began: Option<Instant>,
     buffer: BTreeMap<Vec<u8>, Op>,
     /// Holds automatic GC's safe point below the start_ts while alive.
     _live: super::auto_gc::LiveTs,
@@ -180,9 +182,23 @@ impl<E: Engine> Transaction<E> {
         live: super::auto_gc::LiveTs,
     ) -> Self {
         Transaction {
+            began: Some(Instant::now()),
+            ..Self::read_only(client, start_ts, live)
+        }
+    }
+
+    /// A transaction that is only read through a shared reference (see
+    /// [`Client::view`](super::Client::view)): it never commits, so it needs
+    /// no begin time.
+    pub(super) fn read_only(
+        client: Arc<Inner<E>>,
+        start_ts: TimeStamp,
+        live: super::auto_gc::LiveTs,
+    ) -> Self {
+        Transaction {
             client,
             start_ts,
-            began: Instant::now(),
+            began: None,
             buffer: BTreeMap::new(),
             _live: live,
         }
@@ -313,7 +329,9 @@ impl<E: Engine> Transaction<E> {
         // and any reader could roll it back before its first heart beat.
         // One clock read serves the TTL and the commit's latency.
         let now = std::time::Instant::now();
-        let elapsed = now.saturating_duration_since(self.began);
+        let elapsed = self
+            .began
+            .map_or(Duration::ZERO, |began| now.saturating_duration_since(began));
         let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         let lock_ttl_ms = self.client.config.lock_ttl_ms.saturating_add(elapsed_ms);
         let durability = options.durability.or(self.client.config.durability);
@@ -390,7 +408,7 @@ impl<E: Engine> Transaction<E> {
 
     /// How long the transaction has been open.
     pub(super) fn open_for(&self) -> Duration {
-        self.began.elapsed()
+        self.began.map_or(Duration::ZERO, |began| began.elapsed())
     }
 }
 
@@ -505,8 +523,8 @@ impl<'a, E: Engine> Committer<'a, E> {
         }
     }
 
-    fn prewrite_command(&self, batch: &Batch) -> Prewrite {
-        let shape = PrewriteShape {
+    fn shape(&self) -> PrewriteShape<'_> {
+        PrewriteShape {
             primary: &self.primary,
             secondaries: &self.secondaries,
             start_ts: self.start_ts,
@@ -514,8 +532,11 @@ impl<'a, E: Engine> Committer<'a, E> {
             lock_ttl_ms: self.lock_ttl_ms,
             txn_size: self.key_count as u64,
             protocol: self.planned,
-        };
-        let mut prewrite = shape.command(batch.mutations.clone());
+        }
+    }
+
+    fn prewrite_command(&self, batch: &Batch) -> Prewrite {
+        let mut prewrite = self.shape().command(batch.mutations.clone());
         if !batch.notify.is_empty() {
             prewrite.notify = batch.notify.clone();
         }
@@ -698,9 +719,12 @@ impl<'a, E: Engine> Committer<'a, E> {
             // One batch (every 1PC commit): on this thread, with none of
             // the bookkeeping of batches answering apart.
             let storage = self.client.cluster.regions()[batch.region].storage();
+            let shape = self.shape();
             loop {
-                let command = self.prewrite_command(batch);
-                let result = storage.write_with(command, self.command_options())?;
+                // The batch's mutations lent, not copied: they stay here
+                // for the next attempt.
+                let request = shape.request(&batch.mutations, &batch.notify);
+                let result = storage.prewrite_in_place(request, self.command_options())?;
                 if result.locks.is_empty() {
                     return Ok(vec![result]);
                 }

@@ -25,6 +25,7 @@ use percolate_mvcc::{CommittedVersion, Key, MvccReader, MvccTxn, TimeStamp};
 
 pub use self::pessimistic::{AcquirePessimisticLock, PessimisticRollback};
 pub use self::prewrite::Prewrite;
+pub(crate) use self::prewrite::PrewriteRef;
 pub use self::raw::{
     RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan,
 };

@@ -111,10 +111,26 @@ impl Prewrite {
         self.props.commit_kind = CommitKind::OnePc { max_commit_ts };
         self
     }
+}
 
+/// A prewrite request whose mutations are borrowed: what a [`Prewrite`]
+/// runs, and what the client sends without copying the mutations it
+/// keeps for a retry (see `Storage::prewrite_in_place`).
+pub(crate) struct PrewriteRef<'a> {
+    /// As [`Prewrite::mutations`].
+    pub mutations: &'a [Mutation],
+    /// As [`Prewrite::props`].
+    pub props: TransactionProperties,
+    /// As [`Prewrite::secondaries`].
+    pub secondaries: Option<&'a [Vec<u8>]>,
+    /// As [`Prewrite::notify`].
+    pub notify: &'a [Key],
+}
+
+impl PrewriteRef<'_> {
     /// Checks the arguments, the sizes among them (see
     /// [`Limit`](crate::Limit)).
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if self.mutations.is_empty() {
             return Err(invalid("prewrite needs at least one mutation", None));
         }
@@ -206,9 +222,31 @@ impl WriteCommand for Prewrite {
     }
 
     fn process<S: Snapshot>(self, ctx: WriteContext<'_, S>) -> Result<WriteResult<PrewriteResult>> {
+        let Prewrite {
+            mutations,
+            props,
+            secondaries,
+            notify,
+        } = self;
+        PrewriteRef {
+            mutations: &mutations,
+            props,
+            secondaries: secondaries.as_deref(),
+            notify: &notify,
+        }
+        .process(ctx)
+    }
+}
+
+impl PrewriteRef<'_> {
+    /// Runs the request: see [`Prewrite`].
+    pub(crate) fn process<S: Snapshot>(
+        self,
+        ctx: WriteContext<'_, S>,
+    ) -> Result<WriteResult<PrewriteResult>> {
         self.check()?;
         ctx.cm.check_limit(self.props.start_ts)?;
-        let Prewrite {
+        let PrewriteRef {
             mutations,
             mut props,
             secondaries,
@@ -224,11 +262,10 @@ impl WriteCommand for Prewrite {
             ctx.cm.update_max_ts(props.start_ts)?;
         }
         if props.commit_kind == CommitKind::TwoPc {
-            let (txn, result) =
-                prewrite_mutations(&ctx.snapshot, &props, &mutations, secondaries.as_deref())?;
+            let (txn, result) = prewrite_mutations(&ctx.snapshot, &props, mutations, secondaries)?;
             let mut written = WriteResult::new(txn, result);
             if !notify.is_empty() {
-                notify_with(&mut written, &notify, props.start_ts);
+                notify_with(&mut written, notify, props.start_ts);
             }
             return Ok(written);
         }
@@ -236,9 +273,8 @@ impl WriteCommand for Prewrite {
         let (max_ts, publish) = ctx.cm.lock_for_publish(&guards);
         props.max_ts = max_ts;
         // On error `publish` drops unpublished and `guards` leave the table.
-        let (txn, result) =
-            prewrite_mutations(&ctx.snapshot, &props, &mutations, secondaries.as_deref())?;
-        publish_locks(publish, &props, &mutations, &txn, &result);
+        let (txn, result) = prewrite_mutations(&ctx.snapshot, &props, mutations, secondaries)?;
+        publish_locks(publish, &props, mutations, &txn, &result);
         let mut txn = txn;
         let mut written = WriteResult {
             committed: txn.take_committed_versions(),
@@ -247,7 +283,7 @@ impl WriteCommand for Prewrite {
             guards,
         };
         if !notify.is_empty() {
-            notify_with(&mut written, &notify, props.start_ts);
+            notify_with(&mut written, notify, props.start_ts);
         }
         Ok(written)
     }

@@ -320,20 +320,20 @@ impl<E: Engine> Scheduler<E> {
     /// answer anyway: it saves the hand-off to a worker and back (two
     /// thread wake-ups; one, after a latch wait). `job` returns what to
     /// write and the answer once it is written.
-    pub(crate) fn run_inline<T, F>(
+    pub(crate) fn run_inline<'k, T, F>(
         &self,
-        keys: &[Key],
+        keys: impl IntoIterator<Item = &'k Key>,
         limit: Option<WaitLimit>,
         job: F,
     ) -> Result<T>
     where
         T: Send + 'static,
-        F: for<'a> FnOnce(JobInput<'a, E>) -> (Finish, Result<T>) + Send + 'static,
+        F: for<'a> FnOnce(JobInput<'a, E>) -> (Finish, Result<T>),
     {
         let inner = &self.inner;
         inner.admit()?;
         let cid = next_cid();
-        let mut lock = inner.latches.gen_lock(keys.iter().map(Key::as_encoded));
+        let mut lock = inner.latches.gen_lock(keys.into_iter().map(Key::as_encoded));
         {
             // Latches are acquired under the shard's mutex (see `tasks`);
             // a command that must wait goes into the shard before the

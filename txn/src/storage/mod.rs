@@ -40,12 +40,13 @@ use crate::actions::gc::GcInfo;
 use crate::actions::mvcc_by_key::MvccInfo;
 use crate::actions::prewrite::PrewriteResult;
 use crate::actions::{ReleasedLock, TxnStatus};
+use crate::commands::PrewriteRef;
 use crate::commands::{
     AcquirePessimisticLock, BatchGet, BatchRollback, CheckSecondaryLocks, CheckTxnStatus, Cleanup,
     Commit, DamagedRecord, Footprint, Gc, Get, MvccByKey, PessimisticRollback, Prewrite,
     RawBatchGet, RawCompareAndSwap, RawDelete, RawDeleteRange, RawGet, RawPut, RawScan,
     ReadCommand, ReadContext, Repair, ResolveLock, ResolveLockLite, Scan, ScanLock,
-    SecondaryLocksStatus, TxnHeartBeat, WriteCommand, WriteContext,
+    SecondaryLocksStatus, TxnHeartBeat, WriteCommand, WriteContext, WriteResult,
 };
 use crate::concurrency_manager::ConcurrencyManager;
 use crate::lock_wait::WaitOutcome;
@@ -325,6 +326,46 @@ impl<E: Engine> Storage<E> {
             });
         if !matches!(answer, Err(Error::SchedTooBusy { .. })) {
             self.metrics.command(C::KIND, start, answer.is_ok());
+        }
+        answer
+    }
+
+    /// A prewrite as [`write_with`](Self::write_with) runs a
+    /// [`Prewrite`](crate::commands::Prewrite), over mutations it borrows:
+    /// the client keeps its mutations for a retry and sends them without
+    /// copying them (the command runs on this thread, so it need not own
+    /// them).
+    pub(crate) fn prewrite_in_place(
+        &self,
+        request: PrewriteRef<'_>,
+        options: CommandOptions,
+    ) -> Result<PrewriteResult> {
+        if let Some(bounds) = &self.bounds {
+            bounds.check(
+                Footprint::Keys(request.mutations.iter().map(|m| &m.key).collect()),
+                &[],
+            )?;
+        }
+        let start = self.metrics.start();
+        let durability = options.durability;
+        let keys = request.mutations.iter().map(|m| &m.key);
+        let answer = self
+            .scheduler
+            .run_inline(keys, options.wait_limit(), |input| {
+                finish_write(
+                    match input {
+                        JobInput::Run { engine, cm } => request.process(WriteContext {
+                            snapshot: engine.latest(),
+                            cm,
+                        }),
+                        JobInput::Abort(e) => Err(e),
+                    },
+                    durability,
+                )
+            });
+        if !matches!(answer, Err(Error::SchedTooBusy { .. })) {
+            self.metrics
+                .command(crate::metrics::CommandKind::Prewrite, start, answer.is_ok());
         }
         answer
     }
@@ -885,6 +926,15 @@ fn process_write<C: WriteCommand, E: Engine>(
         }),
         JobInput::Abort(e) => Err(e),
     };
+    finish_write(processed, durability)
+}
+
+/// What a processed write command leaves the scheduler to write, and its
+/// answer once written.
+fn finish_write<T>(
+    processed: Result<WriteResult<T>>,
+    durability: Option<Durability>,
+) -> (Finish, Result<T>) {
     match processed {
         Ok(result) => (
             Finish {
