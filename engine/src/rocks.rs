@@ -118,8 +118,18 @@ pub struct RocksOptions {
     /// Background flush and compaction threads. Defaults to 2, the size of
     /// the machines this project is measured on.
     pub background_jobs: i32,
-    /// Memtable size per CF. Defaults to 64 MiB.
+    /// Memtable size of every CF but the lock CF. Defaults to 64 MiB.
     pub write_buffer_bytes: usize,
+    /// Memtable size of the lock CF. Defaults to 8 MiB: a lock lives from
+    /// a transaction's prewrite to its commit, so the lock CF's memtable
+    /// fills with locks and their tombstones that no reader wants, and a
+    /// large one only makes every insert walk a deeper skip list, out of
+    /// the CPU's caches. `percolate-bench`, 2 cores, async commit over 4
+    /// regions, 64 MiB against 4 MiB (two alternating runs): single-key
+    /// updates 4 threads 22.5 and 21.3 µs of CPU per transaction against
+    /// 14.0 and 13.0 (+40% ops/s), 4-key transfers 1 thread +19% ops/s;
+    /// 8 MiB within a few percent of 4 MiB, with a lower p99.9.
+    pub lock_write_buffer_bytes: usize,
     /// What an open does with a write-ahead log damaged before its end.
     /// Defaults to [`WalRecovery::Refuse`].
     pub wal_recovery: WalRecovery,
@@ -224,6 +234,7 @@ impl Default for RocksOptions {
             bloom_bits_per_key: 10.0,
             background_jobs: 2,
             write_buffer_bytes: 64 << 20,
+            lock_write_buffer_bytes: 8 << 20,
             wal_recovery: WalRecovery::Refuse,
             statistics: false,
             compression: Compression::PerLevel,
@@ -690,7 +701,11 @@ fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Result<Options> 
         // Insert hints (see the module docs). Settable only by name.
         Options::default().get_options_from_string(INSERT_HINT_OPTION)?
     };
-    opts.set_write_buffer_size(options.write_buffer_bytes);
+    opts.set_write_buffer_size(if cf == Cf::Lock {
+        options.lock_write_buffer_bytes
+    } else {
+        options.write_buffer_bytes
+    });
     opts.set_compression_per_level(&options.compression.per_level());
     if cf.has_ts_suffix_prefix() {
         // Filters are built on `z + encoded user key`; the whole key with its
