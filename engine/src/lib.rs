@@ -167,7 +167,7 @@ pub enum SeekMode {
     /// first key with another prefix. On [`Cf::Write`] this lets the engine
     /// skip whole files by their prefix bloom filter, which is what makes a
     /// point read one cheap lookup. Column families without a timestamp
-    /// suffix treat it as [`SeekMode::TotalOrder`]. Seek targets shorter
+    /// suffix treat it as [`SeekMode::TotalOrder`]. Seek targets no longer
     /// than the suffix have no prefix: what such a seek returns is
     /// unspecified.
     Prefix,

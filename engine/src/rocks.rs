@@ -1454,7 +1454,7 @@ impl RocksIterator {
         }
         self.cell_mut().with_dependent_mut(|_, it| it.next());
         self.status()?;
-        Ok(self.within_bounds())
+        Ok(self.within_bound(true))
     }
 
     fn raw_prev(&mut self) -> Result<bool> {
@@ -1463,7 +1463,23 @@ impl RocksIterator {
         }
         self.cell_mut().with_dependent_mut(|_, it| it.prev());
         self.status()?;
-        Ok(self.within_bounds())
+        Ok(self.within_bound(false))
+    }
+
+    /// [`within_bounds`](Self::within_bounds) after a step from a key
+    /// within them: only the bound ahead (the upper one going forward) can
+    /// have been crossed, so only it is compared (a scan steps far more
+    /// often than it seeks).
+    fn within_bound(&mut self, forward: bool) -> bool {
+        if let (true, Some(bounds)) = (self.valid, &self.bounds) {
+            let key = self.raw_key();
+            self.valid = if forward {
+                bounds.upper.as_ref().is_none_or(|u| key < u.as_slice())
+            } else {
+                bounds.lower.as_ref().is_none_or(|l| key >= l.as_slice())
+            };
+        }
+        self.valid
     }
 
     /// Marks the cursor invalid if it rests outside the bounds it applies

@@ -479,6 +479,9 @@ impl<S: Snapshot> ScannerCore<S> {
             .reserve(wanted.saturating_mul(ARENA_BYTES_PER_KEY));
         let mut chunk = std::mem::take(&mut self.chunk);
         chunk.clear();
+        // A new scanner's first chunk, or a larger one: room for all its
+        // keys at once, not a doubling per few keys.
+        chunk.reserve(wanted);
         let mut failure = self.read_chunk(&mut chunk, wanted);
         let mut exhausted = failure.is_none() && chunk.len() < wanted;
         let mut edge = self.chunk_edge(&chunk, exhausted);
