@@ -168,8 +168,10 @@ pub enum SeekMode {
     /// skip whole files by their prefix bloom filter, which is what makes a
     /// point read one cheap lookup. Column families without a timestamp
     /// suffix treat it as [`SeekMode::TotalOrder`]. Seek targets no longer
-    /// than the suffix have no prefix: what such a seek returns is
-    /// unspecified.
+    /// than the suffix have no prefix, and RocksDB's prefix filters assume
+    /// that no key's prefix begins another's (true of MVCC keys, whose
+    /// user keys are memcomparable-encoded): otherwise, or for such a
+    /// target, what a seek returns is unspecified.
     Prefix,
 }
 
