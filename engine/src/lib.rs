@@ -636,7 +636,7 @@ mod tests {
 
     #[test]
     fn memory_and_rocks_agree_on_random_batches() {
-        for seed in 0..8 {
+        for seed in 0..16 {
             check_memory_matches_rocks(seed, 60);
         }
     }
