@@ -595,6 +595,45 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_cf_flushed_many_times_keeps_exactly_the_live_locks_across_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        // A memtable of 64 KiB: the lock CF flushes every few hundred
+        // locks, so puts and their deletes land in different files.
+        let options = RocksOptions {
+            lock_write_buffer_bytes: 64 << 10,
+            ..RocksOptions::default()
+        };
+        let key = |i: u32| format!("zlock{i:05}").into_bytes();
+        {
+            let engine = RocksEngine::open_with(dir.path(), &options).unwrap();
+            for i in 0..4000u32 {
+                let mut batch = WriteBatch::default();
+                batch.put(Cf::Lock, key(i), vec![b'P'; 60]);
+                if i % 2 == 1 {
+                    // Each odd lock goes in the next write, as a commit's.
+                    batch.delete(Cf::Lock, key(i - 1));
+                }
+                engine.write(&batch, WriteOptions::default()).unwrap();
+            }
+            assert!(
+                engine.stats().unwrap().live_sst_bytes > 0,
+                "the lock CF never flushed"
+            );
+        }
+        let engine = RocksEngine::open_with(dir.path(), &options).unwrap();
+        for view in [engine.snapshot(), engine.latest()] {
+            let keys: Vec<Vec<u8>> = collect_forward(&view, Cf::Lock, IterOptions::new())
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            let live: Vec<Vec<u8>> = (0..4000u32).filter(|i| i % 2 == 1).map(key).collect();
+            assert_eq!(keys, live);
+            assert_eq!(view.get(Cf::Lock, &key(2)).unwrap(), None);
+            assert_eq!(view.get(Cf::Lock, &key(3)).unwrap(), Some(vec![b'P'; 60]));
+        }
+    }
+
+    #[test]
     fn concurrent_writers_land_every_batch_with_parallel_memtable_inserts_on_or_off() {
         for concurrent_memtable_writes in [false, true] {
             let dir = tempfile::tempdir().unwrap();
