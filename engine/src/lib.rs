@@ -304,8 +304,8 @@ pub trait Engine: Clone + Send + Sync + 'static {
     }
 
     /// The write epoch of the write-CF records under `prefix` (a write-CF
-    /// key without its ts suffix): the count of finished writes of such
-    /// records, shared by the prefixes that hash alike, or `None` while
+    /// key without its ts suffix): the count of finished writes (batches)
+    /// that wrote or deleted such records, shared by the prefixes that hash alike, or `None` while
     /// one is in flight (begun and not yet applied). A cache of what was
     /// last written or read under a prefix compares it to learn that
     /// nothing wrote there since: two reads that give the same epoch
