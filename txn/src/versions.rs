@@ -29,12 +29,16 @@
 //!
 //! The table is a fixed array of slots, each holding one key (inline, up to
 //! [`KEY_WORDS`] words of its encoded bytes), its version and its record, a
-//! key going to one of the two slots side by side that its hash picks: a
-//! key with no slot of its own takes an empty one or pushes out the one
-//! with the older version, and a key that is in neither, or too long to be
-//! held, is simply read with a seek. (With one slot per key, the hot keys
-//! of YCSB-A over 100,000 records found no hint in 14% of reads, with two
-//! in 9.7%; a seek costs several times a hinted read.) Its memory is
+//! key going to one of the [`WAYS`] slots side by side that its hash
+//! picks: a key with no slot of its own takes an empty one or pushes out
+//! the one with the oldest version, and a key that is in none of them, or
+//! too long to be held, is simply read with a seek. A slot's length word
+//! also holds 32 bits of its key's hash, so a lookup passes over another
+//! key's slot having read one word of it. (With one slot per key, the hot
+//! keys of YCSB-A over 100,000 records found no hint in 14% of reads, with
+//! two in 9.7%; uniform 4-key transfers over 100,000 records found none in
+//! 7.7% of their reads with two, and in 2.4% with four. A seek costs
+//! several times a hinted read.) Its memory is
 //! bounded by [`StorageConfig::version_hint_bytes`](crate::storage::StorageConfig::version_hint_bytes):
 //! by default 262,144 slots of 256 bytes per region (64 MiB), allocated a
 //! shard (1/64th) at a time as keys arrive, so a region that has seen a
@@ -71,6 +75,9 @@ const KEY_WORDS: usize = 7;
 /// Words of a version's record held inline: records of up to 160 bytes.
 const RECORD_WORDS: usize = 20;
 
+/// The slots side by side that a key may be held in.
+const WAYS: usize = 4;
+
 /// The epoch of a slot whose version's epoch is not known (a write of its
 /// bucket was in flight when its commit read it): no read takes the hint
 /// until a read offers the version at a known epoch.
@@ -84,7 +91,8 @@ const NO_EPOCH: u64 = u64::MAX;
 struct Slot {
     /// Odd while a writer changes the slot; bumped twice per change.
     seq: AtomicU64,
-    /// The key's length in bytes plus one; 0 for an empty slot.
+    /// The key's length in bytes plus one, and 32 bits of its hash above
+    /// (see [`Packed::len`]); 0 for an empty slot.
     len: AtomicU64,
     /// Its newest data version.
     version: AtomicU64,
@@ -135,27 +143,31 @@ impl PackedRecord {
     }
 }
 
-/// A key as the table compares it: its packed words, its length plus one
-/// and its slot.
+/// A key as the table compares it: its packed words, its length word
+/// and its slots.
 struct Packed {
+    /// Its length in bytes plus one, and above, from bit 32, the high half
+    /// of its hash: a slot holding another key almost never has the same
+    /// length word.
     len: u64,
     key: [u64; KEY_WORDS],
     shard: usize,
-    /// The first of its two slots in the shard.
+    /// The first of its [`WAYS`] slots in the shard.
     slot: usize,
 }
 
-/// The shard of the encoded key `bytes` and the first of its pair of
-/// slots there (always even), in a table of `slots_per_shard` slots per
-/// shard (even, not 0): the shard from the hash's top bits, the pair from
-/// its low 32 bits scaled to the shard's pairs (no division).
-fn slots_of(bytes: &[u8], slots_per_shard: usize) -> (usize, usize) {
+/// The key hash of the encoded key `bytes`, its shard and the first of its
+/// [`WAYS`] slots there (a multiple of `WAYS`), in a table of
+/// `slots_per_shard` slots per shard (a multiple of `WAYS`, not 0): the
+/// shard from the hash's top bits, the set of slots from its low 32 bits
+/// scaled to the shard's sets (no division).
+fn slots_of(bytes: &[u8], slots_per_shard: usize) -> (u64, usize, usize) {
     const _: () = assert!(SHARDS.is_power_of_two());
     let hash = percolate_engine::mem::key_hash(bytes);
     let shard = (hash >> (64 - SHARDS.trailing_zeros())) as usize;
-    let pairs = (slots_per_shard / 2) as u64;
-    let pair = ((hash & 0xffff_ffff) * pairs) >> 32;
-    (shard, pair as usize * 2)
+    let sets = (slots_per_shard / WAYS) as u64;
+    let set = ((hash & 0xffff_ffff) * sets) >> 32;
+    (hash, shard, set as usize * WAYS)
 }
 
 impl Packed {
@@ -166,9 +178,9 @@ impl Packed {
         if bytes.len() > KEY_WORDS * 8 || slots_per_shard == 0 {
             return None;
         }
-        let (shard, slot) = slots_of(bytes, slots_per_shard);
+        let (hash, shard, slot) = slots_of(bytes, slots_per_shard);
         Some(Packed {
-            len: bytes.len() as u64 + 1,
+            len: (hash & !0xffff_ffff) | (bytes.len() as u64 + 1),
             key: pack(bytes),
             shard,
             slot,
@@ -300,14 +312,14 @@ impl std::fmt::Debug for VersionCache {
 }
 
 impl VersionCache {
-    /// A table of at most `bytes` (rounded down to whole pairs of slots
-    /// per shard; below one pair per shard, a table that holds nothing and
-    /// answers every read with no hint).
+    /// A table of at most `bytes` (rounded down to whole sets of [`WAYS`]
+    /// slots per shard; below one set per shard, a table that holds
+    /// nothing and answers every read with no hint).
     pub(crate) fn with_bytes(bytes: usize) -> Self {
-        let pairs = bytes / std::mem::size_of::<Slot>() / SHARDS / 2;
+        let sets = bytes / std::mem::size_of::<Slot>() / SHARDS / WAYS;
         VersionCache {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            slots_per_shard: pairs * 2,
+            slots_per_shard: sets * WAYS,
         }
     }
 
@@ -316,16 +328,16 @@ impl VersionCache {
         Packed::new(key, self.slots_per_shard)
     }
 
-    /// Starts bringing `key`'s two slots into the CPU's caches, every line
-    /// of them (a commit writes one whole), if its shard has its slots yet.
+    /// Starts bringing `key`'s slots into the CPU's caches, every line of
+    /// them (a commit writes one whole), if its shard has its slots yet.
     pub(crate) fn prefetch(&self, key: &Key) {
         let bytes = key.as_encoded();
         if bytes.len() > KEY_WORDS * 8 || self.slots_per_shard == 0 {
             return;
         }
-        let (shard, first) = slots_of(bytes, self.slots_per_shard);
+        let (_, shard, first) = slots_of(bytes, self.slots_per_shard);
         if let Some(slots) = self.shards[shard].slots.get() {
-            for slot in &slots[first..first + 2] {
+            for slot in &slots[first..first + WAYS] {
                 for word in slot.lines() {
                     percolate_engine::mem::prefetch(word);
                 }
@@ -342,7 +354,7 @@ impl VersionCache {
         (shard, slots)
     }
 
-    /// `key`'s two slots, for a writer: under the shard's mutex, taken
+    /// `key`'s slots, for a writer: under the shard's mutex, taken
     /// here; `None` only with `wait` false when another writer holds it
     /// (what readers hand over, offers and records, is only ever an
     /// optimisation, and a reader that waited for a writer preempted under
@@ -397,14 +409,14 @@ impl VersionCache {
     }
 }
 
-/// The two slots a key may be held in, side by side in its shard: a key
-/// whose first slot holds another key goes to the second, so that two
-/// busy keys of one slot do not push each other out.
-struct Ways<'a>([&'a Slot; 2]);
+/// The slots a key may be held in, side by side in its shard, so that
+/// a few busy keys whose hashes pick the same slots do not push each
+/// other out.
+struct Ways<'a>([&'a Slot; WAYS]);
 
 impl<'a> Ways<'a> {
     fn new(slots: &'a [Slot], key: &Packed) -> Self {
-        Ways([&slots[key.slot], &slots[key.slot + 1]])
+        Ways(std::array::from_fn(|way| &slots[key.slot + way]))
     }
 
     /// The slot holding `key`, and what it holds. Under the shard's mutex:
@@ -417,19 +429,18 @@ impl<'a> Ways<'a> {
     }
 
     /// Where `key` goes: the slot holding it, else an empty one, else the
-    /// one whose version is older (a smaller commit_ts: a key read often
-    /// but written long ago goes before one written recently). Under the
-    /// shard's mutex.
+    /// one whose version is the oldest (the smallest commit_ts: a key read
+    /// often but written long ago goes before one written recently).
+    /// Under the shard's mutex.
     fn place(&self, key: &Packed) -> (&'a Slot, Held) {
         if let Some(found) = self.find(key) {
             return found;
         }
-        let [first, second] = self.0.map(|slot| (slot, slot.held()));
-        if first.1.len == 0 || (second.1.len != 0 && first.1.version <= second.1.version) {
-            first
-        } else {
-            second
-        }
+        self.0
+            .map(|slot| (slot, slot.held()))
+            .into_iter()
+            .min_by_key(|(_, held)| (held.len != 0, held.version))
+            .expect("a key has slots")
     }
 }
 
@@ -437,7 +448,13 @@ impl VersionHints for VersionCache {
     fn newest_data_version(&self, key: &Key, record: &mut Vec<u8>) -> Option<(TimeStamp, u64)> {
         let key = self.pack(key)?;
         let slots = self.shards[key.shard].slots.get()?;
-        for slot in &slots[key.slot..key.slot + 2] {
+        for slot in &slots[key.slot..key.slot + WAYS] {
+            // Another key's slot, almost surely: passed over on one word.
+            // (A writer may be changing it: if to this key, no other slot
+            // holds it, and no hint is a fine answer.)
+            if slot.len.load(Ordering::Relaxed) != key.len {
+                continue;
+            }
             record.clear();
             match slot.read(Some((&key, record))) {
                 Some(held) if key.is_held_in(&held) => {
@@ -446,10 +463,10 @@ impl VersionHints for VersionCache {
                     }
                     return Some((TimeStamp::new(held.version), held.epoch));
                 }
-                // Another key: the key may be in its other slot (a key is
-                // held in one at a time). A writer changing the slot: if
-                // it held or takes this key, the other slot does not hold
-                // it, and no hint is the answer; if not, the other may.
+                // Another key: the key may be in another of its slots (a
+                // key is held in one at a time). A writer changing the
+                // slot: if it held or takes this key, no other slot holds
+                // it, and no hint is the answer; if not, another may.
                 Some(_) | None => {}
             }
         }
@@ -647,16 +664,19 @@ mod tests {
 
     #[test]
     fn a_key_pushed_out_of_its_slots_has_no_hint() {
-        // Three keys of one pair of slots: the third pushes out the one
-        // written longer ago; a key already held stays where it is.
+        // One key more than a set of slots holds: the last pushes out the
+        // one written longest ago; a key already held stays where it is.
         let cache = VersionCache::default();
-        let keys = keys_of_one_pair(3);
-        let [first, second, third] = [&keys[0], &keys[1], &keys[2]];
+        let keys = keys_of_one_set(WAYS + 1);
+        let (first, second, third) = (&keys[0], &keys[1], &keys[WAYS]);
         let commit_at = |key: &Key, version: u64| {
             commit(&cache, key, version, b"", version);
         };
         commit_at(first, 5);
         commit_at(second, 7);
+        for (i, other) in keys[2..WAYS].iter().enumerate() {
+            commit_at(other, 20 + i as u64);
+        }
         commit_at(first, 8);
         assert_eq!(hint(&cache, first), Some((TimeStamp::new(8), 8)));
         assert_eq!(hint(&cache, second), Some((TimeStamp::new(7), 7)));
@@ -670,8 +690,8 @@ mod tests {
         assert_eq!(hint(&cache, second), Some((TimeStamp::new(10), 10)));
     }
 
-    /// `n` keys whose hash picks the same pair of slots.
-    fn keys_of_one_pair(n: usize) -> Vec<Key> {
+    /// `n` keys whose hash picks the same set of slots.
+    fn keys_of_one_set(n: usize) -> Vec<Key> {
         let cache = VersionCache::default();
         let place = |k: &Key| cache.pack(k).map(|p| (p.shard, p.slot));
         let first = Key::from_raw(b"first");
@@ -701,14 +721,14 @@ mod tests {
     }
 
     #[test]
-    fn a_table_sized_below_one_pair_per_shard_holds_nothing() {
+    fn a_table_sized_below_one_set_per_shard_holds_nothing() {
         let cache = VersionCache::with_bytes(1000);
         let key = Key::from_raw(b"k");
         commit(&cache, &key, 5, b"record", 1);
         cache.offer(&key, TimeStamp::new(5), 1);
         assert_eq!(hint(&cache, &key), None);
-        // One pair per shard is a table.
-        let small = VersionCache::with_bytes(SHARDS * 2 * std::mem::size_of::<Slot>());
+        // One set per shard is a table.
+        let small = VersionCache::with_bytes(SHARDS * WAYS * std::mem::size_of::<Slot>());
         small.offer(&key, TimeStamp::new(5), 1);
         assert_eq!(hint(&small, &key), Some((TimeStamp::new(5), 1)));
     }
@@ -727,7 +747,7 @@ mod tests {
 
     #[test]
     fn readers_on_other_threads_never_see_a_torn_slot() {
-        // Three keys of one pair of slots written in turn by one thread
+        // Keys of one set of slots, one more than it holds, written in turn by one thread
         // while others read: every hint read is one that was written for
         // that key, with that version's record if any. Records of versions differ in
         // length and bytes.
@@ -741,7 +761,8 @@ mod tests {
                 .collect()
         }
         let cache = std::sync::Arc::new(VersionCache::default());
-        let keys = keys_of_one_pair(3);
+        let keys = keys_of_one_set(WAYS + 1);
+        let n = keys.len() as u64;
         use std::sync::atomic::{AtomicBool, AtomicU64};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let seen = std::sync::Arc::new(AtomicU64::new(0));
@@ -751,13 +772,13 @@ mod tests {
                 let keys = keys.clone();
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        // Key `j` is written with versions `3i + j` and
+                        // Key `j` is written with versions `n i + j` and
                         // epoch = version + 1; its record, when there is
                         // one, is the version's.
                         for (j, key) in keys.iter().enumerate() {
                             if let Some((v, e, record)) = hint_and_record(&cache, key) {
                                 let v = v.into_inner();
-                                assert!(v % 3 == j as u64 && e == v + 1);
+                                assert!(v % n == j as u64 && e == v + 1);
                                 assert!(record.is_empty() || record == record_of(v));
                                 seen.fetch_add(1, Ordering::Relaxed);
                             }
@@ -770,8 +791,8 @@ mod tests {
         // busy machine they may start late).
         let mut i = 0u64;
         while (seen.load(Ordering::Relaxed) < 10_000 || i < 20_000) && i < 100_000_000 {
-            let j = (i % 3) as usize;
-            let (key, version) = (&keys[j], 3 * i + j as u64);
+            let j = (i % n) as usize;
+            let (key, version) = (&keys[j], n * i + j as u64);
             let ts = TimeStamp::new(version);
             if i % 2 == 0 {
                 cache.offer(key, ts, version + 1);
@@ -790,18 +811,18 @@ mod tests {
 
     #[test]
     fn keys_of_one_pattern_spread_over_the_slots() {
-        // As many keys as pairs of slots, differing only in their digits,
-        // pick most of the pairs, as random placement would (1 - 1/e of
+        // As many keys as sets of slots, differing only in their digits,
+        // pick most of the sets, as random placement would (1 - 1/e of
         // them, 63%).
         let cache = VersionCache::default();
-        let pairs = SHARDS * cache.slots_per_shard / 2;
+        let sets = SHARDS * cache.slots_per_shard / WAYS;
         let mut used = std::collections::HashSet::new();
-        for i in 0..pairs as u64 {
+        for i in 0..sets as u64 {
             let key = Key::from_raw(format!("user{i:012}").as_bytes());
             let p = cache.pack(&key).expect("short");
-            assert_eq!(p.slot % 2, 0);
+            assert_eq!(p.slot % WAYS, 0);
             used.insert((p.shard, p.slot));
         }
-        assert!(used.len() > pairs * 6 / 10, "{} pairs used", used.len());
+        assert!(used.len() > sets * 6 / 10, "{} sets used", used.len());
     }
 }
