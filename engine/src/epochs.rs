@@ -51,9 +51,18 @@ struct Bucket {
     ts_ceiling: AtomicU64,
 }
 
+// SAFETY: a bucket is two atomic integers; all zeros is epoch 0 with no
+// write in flight and a ceiling of 0 (below any floor).
+#[allow(unsafe_code)]
+unsafe impl crate::mem::Zeroable for Bucket {}
+
 /// Per-bucket epochs and commit-ts ceilings of write-CF records.
 pub(crate) struct WriteEpochs {
-    buckets: Box<[Bucket]>,
+    /// Zeroed memory from the kernel (in huge pages where it can), taking
+    /// room as keys touch it.
+    buckets: crate::mem::ZeroedTable<Bucket>,
+    /// The ceiling of every bucket that no write raised above it.
+    floor: u64,
 }
 
 /// Distinct buckets a batch writes up to which they are told apart on the
@@ -67,12 +76,8 @@ impl WriteEpochs {
     pub(crate) fn new(count: usize, floor: u64) -> Self {
         debug_assert!(count.is_power_of_two());
         WriteEpochs {
-            buckets: (0..count)
-                .map(|_| Bucket {
-                    state: AtomicU64::new(0),
-                    ts_ceiling: AtomicU64::new(floor),
-                })
-                .collect(),
+            buckets: crate::mem::ZeroedTable::new(count),
+            floor,
         }
     }
 
@@ -161,7 +166,8 @@ impl WriteEpochs {
 
     /// The ts ceiling of `prefix`'s bucket.
     pub(crate) fn ts_ceiling(&self, prefix: &[u8]) -> u64 {
-        self.bucket(prefix).ts_ceiling.load(Ordering::SeqCst)
+        let raised = self.bucket(prefix).ts_ceiling.load(Ordering::SeqCst);
+        raised.max(self.floor)
     }
 }
 

@@ -40,10 +40,11 @@
 //! 7.7% of their reads with two, and in 2.4% with four. A seek costs
 //! several times a hinted read.) Its memory is
 //! bounded by [`StorageConfig::version_hint_bytes`](crate::storage::StorageConfig::version_hint_bytes):
-//! by default 262,144 slots of 256 bytes per region (64 MiB), allocated a
-//! shard (1/64th) at a time as keys arrive, so a region that has seen a
-//! few hundred keys has most of it; a client of N regions holds up to
-//! N x 64 MiB. (At 16 MiB, uniform point reads over 100,000 keys found a
+//! by default 262,144 slots of 256 bytes per region (64 MiB), zeroed
+//! memory from the kernel ([`ZeroedTable`](percolate_engine::mem::ZeroedTable),
+//! in huge pages where it can) that takes room as keys touch it, so a
+//! region that has seen a few thousand keys has most of it; a client of N
+//! regions holds up to N x 64 MiB. (At 16 MiB, uniform point reads over 100,000 keys found a
 //! hint in about half their reads and ran at 0.66x TransactionDB's gets;
 //! at 64 MiB, 1.2x: a seek of an unhinted key costs several hinted reads.)
 //!
@@ -54,7 +55,6 @@
 //! the sequence again, and takes what it read only if the sequence was even
 //! and unchanged. A reader that meets a writer gets no hint and seeks.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use parking_lot::{Mutex, MutexGuard};
@@ -285,17 +285,20 @@ impl Slot {
     }
 }
 
-/// One shard: its slots once allocated, and the mutex its writers take.
-#[derive(Default)]
-struct Shard {
-    slots: OnceLock<Box<[Slot]>>,
-    writer: Mutex<()>,
-}
+// SAFETY: a slot is `repr(C)` atomics and arrays of them; all zeros is
+// an empty slot (sequence 0, length 0), as `Slot::default()`.
+#[allow(unsafe_code)]
+unsafe impl percolate_engine::mem::Zeroable for Slot {}
 
 /// The newest data versions of recently committed keys.
 pub(crate) struct VersionCache {
-    shards: Box<[Shard]>,
-    /// Slots per shard: even, or 0 for a table that holds nothing.
+    /// Every shard's slots, shard after shard: zeroed memory that the
+    /// kernel backs (with huge pages where it can) as keys touch it.
+    slots: percolate_engine::mem::ZeroedTable<Slot>,
+    /// The mutex each shard's writers take.
+    writers: Box<[Mutex<()>]>,
+    /// Slots per shard: a multiple of [`WAYS`], or 0 for a table that
+    /// holds nothing.
     slots_per_shard: usize,
 }
 
@@ -318,7 +321,8 @@ impl VersionCache {
     pub(crate) fn with_bytes(bytes: usize) -> Self {
         let sets = bytes / std::mem::size_of::<Slot>() / SHARDS / WAYS;
         VersionCache {
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            slots: percolate_engine::mem::ZeroedTable::new(SHARDS * sets * WAYS),
+            writers: (0..SHARDS).map(|_| Mutex::new(())).collect(),
             slots_per_shard: sets * WAYS,
         }
     }
@@ -329,29 +333,24 @@ impl VersionCache {
     }
 
     /// Starts bringing `key`'s slots into the CPU's caches, every line of
-    /// them (a commit writes one whole), if its shard has its slots yet.
+    /// them (a commit writes one whole).
     pub(crate) fn prefetch(&self, key: &Key) {
         let bytes = key.as_encoded();
         if bytes.len() > KEY_WORDS * 8 || self.slots_per_shard == 0 {
             return;
         }
         let (_, shard, first) = slots_of(bytes, self.slots_per_shard);
-        if let Some(slots) = self.shards[shard].slots.get() {
-            for slot in &slots[first..first + WAYS] {
-                for word in slot.lines() {
-                    percolate_engine::mem::prefetch(word);
-                }
+        for slot in self.shard_slots(shard)[first..first + WAYS].iter() {
+            for word in slot.lines() {
+                percolate_engine::mem::prefetch(word);
             }
         }
     }
 
-    /// The slots of `key`'s shard, allocated if needed.
-    fn shard_slots(&self, key: &Packed) -> (&Shard, &[Slot]) {
-        let shard = &self.shards[key.shard];
-        let slots = shard
-            .slots
-            .get_or_init(|| (0..self.slots_per_shard).map(|_| Slot::default()).collect());
-        (shard, slots)
+    /// The slots of shard `shard`.
+    fn shard_slots(&self, shard: usize) -> &[Slot] {
+        let start = shard * self.slots_per_shard;
+        &self.slots[start..start + self.slots_per_shard]
     }
 
     /// `key`'s slots, for a writer: under the shard's mutex, taken
@@ -360,13 +359,13 @@ impl VersionCache {
     /// optimisation, and a reader that waited for a writer preempted under
     /// the mutex would wait out its time slice).
     fn ways_mut(&self, key: &Packed, wait: bool) -> Option<(Ways<'_>, MutexGuard<'_, ()>)> {
-        let (shard, slots) = self.shard_slots(key);
+        let writer = &self.writers[key.shard];
         let guard = if wait {
-            shard.writer.lock()
+            writer.lock()
         } else {
-            shard.writer.try_lock()?
+            writer.try_lock()?
         };
-        Some((Ways::new(slots, key), guard))
+        Some((Ways::new(self.shard_slots(key.shard), key), guard))
     }
 
     /// Records that `key`'s newest data version is now `commit_ts`, whose
@@ -447,8 +446,7 @@ impl<'a> Ways<'a> {
 impl VersionHints for VersionCache {
     fn newest_data_version(&self, key: &Key, record: &mut Vec<u8>) -> Option<(TimeStamp, u64)> {
         let key = self.pack(key)?;
-        let slots = self.shards[key.shard].slots.get()?;
-        for slot in &slots[key.slot..key.slot + WAYS] {
+        for slot in &self.shard_slots(key.shard)[key.slot..key.slot + WAYS] {
             // Another key's slot, almost surely: passed over on one word.
             // (A writer may be changing it: if to this key, no other slot
             // holds it, and no hint is a fine answer.)
