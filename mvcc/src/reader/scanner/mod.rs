@@ -365,7 +365,7 @@ impl<S: Snapshot> ScannerCore<S> {
     /// one, for a key that turns out deleted), or a doubling size.
     fn chunk_keys(&mut self) -> usize {
         if self.wanted > 0 {
-            return (self.wanted + 1).min(MAX_CHUNK);
+            return self.wanted.saturating_add(1).min(MAX_CHUNK);
         }
         self.last_chunk = if self.last_chunk == 0 {
             FIRST_CHUNK
