@@ -11,7 +11,7 @@
 use percolate::engine::{Cf, Engine, EngineIterator, Snapshot, WriteBatch, WriteOptions};
 use percolate::mvcc::{Key, TimeStamp};
 use percolate::txn::Limit;
-use percolate::txn::actions::prewrite::Mutation;
+use percolate::txn::actions::prewrite::{Mutation, TransactionKind};
 use percolate::txn::commands::Prewrite;
 use percolate::txn::storage::Storage;
 use percolate::{Client, Error, OpenOptions};
@@ -259,6 +259,115 @@ fn a_prewrite_at_the_max_timestamp_is_refused() {
     assert_invalid(s.prewrite(prewrite().one_pc(TimeStamp::zero())));
     assert_invalid(s.prewrite(prewrite().async_commit(vec![], TimeStamp::zero())));
     assert_nothing_written(&db.client);
+}
+
+/// Timestamps at the top of the range (about the year 4199 and above,
+/// `TimeStamp::max()` among them) leave a reopened oracle no room above
+/// them: no command writes one into a lock or a commit record, and an
+/// export refuses to be taken at one.
+#[test]
+fn timestamps_beyond_the_oracles_range_are_never_written() {
+    let db = open();
+    let s = storage(&db.client, b"k");
+    let key = Key::from_raw(b"k");
+    let start_ts = db.client.oracle().get_ts().unwrap();
+    let top = TimeStamp::compose(TimeStamp::max().physical() - 1_000, 0);
+    assert!(percolate::txn::oracle::beyond_range(top));
+    s.prewrite(Prewrite::new(
+        vec![Mutation::put(key.clone(), b"v".to_vec())],
+        b"k",
+        start_ts,
+    ))
+    .unwrap();
+    for commit_ts in [top, TimeStamp::max()] {
+        assert_invalid(s.commit(vec![key.clone()], start_ts, commit_ts));
+        assert_invalid(s.resolve_lock_lite(vec![key.clone()], start_ts, commit_ts));
+    }
+    let info = s.mvcc_by_key(key.clone()).unwrap();
+    assert!(info.lock.is_some() && info.writes.is_empty(), "{info:?}");
+    s.batch_rollback(vec![key.clone()], start_ts).unwrap();
+    // A prewrite whose lock would carry such a ts, and a pessimistic lock.
+    let other = Key::from_raw(b"k2");
+    let at = db.client.oracle().get_ts().unwrap();
+    for prewrite in [
+        Prewrite::new(
+            vec![Mutation::put(other.clone(), b"v".to_vec())],
+            b"k2",
+            top,
+        ),
+        {
+            let mut p = Prewrite::new(vec![Mutation::put(other.clone(), b"v".to_vec())], b"k2", at);
+            p.props.kind = TransactionKind::Pessimistic { for_update_ts: top };
+            p
+        },
+        Prewrite::new(vec![Mutation::put(other.clone(), b"v".to_vec())], b"k2", at)
+            .min_commit_ts(top),
+    ] {
+        assert_invalid(s.prewrite(prewrite));
+    }
+    assert!(s.mvcc_by_key(other).unwrap().lock.is_none());
+    let dir = tempfile::tempdir().unwrap();
+    assert_invalid(
+        db.client
+            .export_range(b"", None, TimeStamp::max(), dir.path().join("out")),
+    );
+}
+
+/// A lock on disk whose ts is beyond the oracle's range (damaged bytes,
+/// or a tool that wrote it) stops the client from opening, read-write or
+/// read-only, instead of starting an oracle below it.
+#[test]
+fn a_lock_beyond_the_oracles_range_stops_the_client_from_opening() {
+    let db = open();
+    let top = TimeStamp::compose(TimeStamp::max().physical() - 1_000, 0);
+    let lock =
+        percolate::mvcc::Lock::new(percolate::mvcc::LockType::Put, b"h".to_vec(), top, 3_000);
+    poke(
+        &db.client,
+        Cf::Lock,
+        Key::from_raw(b"h").into_encoded(),
+        &lock.to_bytes(),
+    );
+    let Db { client, dir } = db;
+    drop(client);
+    for result in [
+        Client::open(dir.path()).map(drop),
+        Client::open_read_only(dir.path()).map(drop),
+    ] {
+        match result {
+            Err(Error::TimestampBeyondRange { ts }) => assert_eq!(ts, top),
+            other => panic!("expected TimestampBeyondRange, got {other:?}"),
+        }
+    }
+}
+
+/// A scan that asks for every pair in one read (a limit or batch size of
+/// `usize::MAX`) gets them all, not an overflow.
+#[test]
+fn a_scan_may_ask_for_every_pair_at_once() {
+    let db = open();
+    let mut txn = db.client.begin().unwrap();
+    for k in [&b"a"[..], b"b", b"c"] {
+        txn.put(k.to_vec(), b"v".to_vec());
+    }
+    txn.commit().unwrap();
+    let reader = db.client.begin().unwrap();
+    let pairs: Vec<_> = reader
+        .scan(&b"a"[..]..&b"d"[..])
+        .batch_size(usize::MAX)
+        .collect::<std::result::Result<_, _>>()
+        .unwrap();
+    assert_eq!(pairs.len(), 3);
+    let s = storage(&db.client, b"a");
+    let request = percolate::txn::read::ScanRequest {
+        start_key: Key::from_raw(b"a"),
+        end_key: Some(Key::from_raw(b"d")),
+        limit: usize::MAX,
+        ts: reader.start_ts(),
+        key_only: false,
+        reverse: false,
+    };
+    assert_eq!(s.scan(request).unwrap().len(), 3);
 }
 
 // ---------------------------------------------------------------------------

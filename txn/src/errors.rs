@@ -179,6 +179,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// A timestamp beyond the range of the timestamp oracle: in the data a
+    /// client opens (a persisted ts ceiling or a lock at or past about the
+    /// year 4199, which no command writes: damaged bytes or a tool that
+    /// wrote them), so that a reopened oracle would have no room above
+    /// it; or an oracle that has handed out its last timestamp. Nothing
+    /// was opened or handed out.
+    #[error("timestamp {ts} is beyond the range of the timestamp oracle")]
+    TimestampBeyondRange {
+        /// The timestamp.
+        ts: TimeStamp,
+    },
+
     /// A key, a value or a whole transaction is larger than the engine
     /// accepts (see [`Limit`]); nothing was sent or written.
     #[error("{limit} is {size}, above the limit of {max}")]

@@ -153,6 +153,14 @@ const MAX_PHYSICAL: u64 = (1 << (64 - TSO_PHYSICAL_SHIFT_BITS)) - 1;
 /// limit can always be extended once more.
 const MAX_LIMIT: u64 = MAX_PHYSICAL - PERSIST_WINDOW_MS;
 
+/// Whether `ts` is beyond the timestamps an oracle can be opened above:
+/// its physical part at or past the largest limit (about the year 4199).
+/// Such a timestamp in the data would leave a reopened oracle no room
+/// above it, so no command writes one ([`Error::TimestampBeyondRange`]).
+pub fn beyond_range(ts: TimeStamp) -> bool {
+    ts.physical() >= MAX_LIMIT
+}
+
 /// The name of the state file inside the oracle's directory.
 const FILE_NAME: &str = "TIMESTAMP";
 /// The name of the file written before it is renamed over [`FILE_NAME`].
@@ -343,7 +351,9 @@ impl Shared {
     #[inline]
     fn allocate(&self, count: u64) -> Result<TimeStamp> {
         let prev = self.last.fetch_add(count, Ordering::Relaxed);
-        let last = prev + count;
+        // Saturates only at the top of the range, which `extend_limit`
+        // then reports as exhausted.
+        let last = prev.saturating_add(count);
         // The limit only grows, and every value it holds is durable: a
         // timestamp below the value loaded here (after it was taken) is
         // below the limit on disk.
@@ -501,6 +511,9 @@ impl LocalOracle {
         floor: TimeStamp,
     ) -> Result<Self> {
         let dir = dir.as_ref();
+        if beyond_range(floor) {
+            return Err(Error::TimestampBeyondRange { ts: floor });
+        }
         fs::create_dir_all(dir).map_err(StateFile::io_error(dir))?;
         let file = StateFile::new(dir);
         let stored = file.load()?.unwrap_or(0);
@@ -626,17 +639,29 @@ impl CounterOracle {
             next: AtomicU64::new(start),
         }
     }
+
+    /// Takes `count` timestamps and returns the first; never wraps past
+    /// `TimeStamp::max()` (which it does not hand out) back to zero.
+    fn take(&self, count: u64) -> Result<TimeStamp> {
+        self.next
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |next| {
+                next.checked_add(count)
+            })
+            .map(TimeStamp::new)
+            .map_err(|next| Error::TimestampBeyondRange {
+                ts: TimeStamp::new(next),
+            })
+    }
 }
 
 impl TimestampOracle for CounterOracle {
     fn get_ts(&self) -> Result<TimeStamp> {
-        Ok(TimeStamp::new(self.next.fetch_add(1, Ordering::Relaxed)))
+        self.take(1)
     }
 
     fn get_ts_batch(&self, count: u32) -> Result<TimeStamp> {
         check_batch(count)?;
-        let first = self.next.fetch_add(u64::from(count), Ordering::Relaxed);
-        Ok(TimeStamp::new(first))
+        self.take(u64::from(count))
     }
 }
 
@@ -1001,6 +1026,38 @@ mod tests {
         assert_eq!(oracle.get_ts().unwrap(), TimeStamp::new(10));
         assert_eq!(oracle.get_ts_batch(5).unwrap(), TimeStamp::new(11));
         assert_eq!(oracle.get_ts().unwrap(), TimeStamp::new(16));
+    }
+
+    #[test]
+    fn a_counter_oracle_at_the_top_fails_instead_of_wrapping_to_zero() {
+        let oracle = CounterOracle::new(u64::MAX - 3);
+        assert_eq!(
+            oracle.get_ts_batch(2).unwrap(),
+            TimeStamp::new(u64::MAX - 3)
+        );
+        assert_eq!(oracle.get_ts().unwrap(), TimeStamp::new(u64::MAX - 1));
+        for _ in 0..2 {
+            assert!(matches!(
+                oracle.get_ts(),
+                Err(Error::TimestampBeyondRange { ts }) if ts.is_max()
+            ));
+        }
+        assert!(oracle.get_ts_batch(1).is_err());
+    }
+
+    #[test]
+    fn an_oracle_refuses_to_open_above_a_floor_it_has_no_room_above() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+        let top = TimeStamp::compose(MAX_LIMIT, 0);
+        assert!(beyond_range(top) && !beyond_range(top.prev()));
+        assert!(matches!(
+            LocalOracle::open_above(dir.path(), clock.clone(), top),
+            Err(Error::TimestampBeyondRange { ts }) if ts == top
+        ));
+        // Nothing was written: the directory opens as new.
+        let oracle = LocalOracle::open_above(dir.path(), clock, top.prev()).unwrap();
+        assert!(oracle.get_ts().unwrap() > top.prev());
     }
 
     #[test]

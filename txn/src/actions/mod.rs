@@ -296,12 +296,19 @@ pub(crate) fn check_txn_status_missing_lock<S: Snapshot>(
     }
 }
 
-/// Rejects a commit_ts that is not above the start_ts.
+/// Rejects a commit_ts that is not above the start_ts, or that is beyond
+/// the oracle's range (see [`beyond_range`](crate::oracle::beyond_range)).
 pub(crate) fn check_commit_ts(start_ts: TimeStamp, commit_ts: TimeStamp) -> Result<()> {
     if commit_ts <= start_ts {
         return Err(crate::Error::InvalidTxnTso {
             start_ts,
             commit_ts,
+        });
+    }
+    if crate::oracle::beyond_range(commit_ts) {
+        return Err(crate::Error::InvalidRequest {
+            reason: "a commit_ts beyond the range of the timestamp oracle",
+            key: None,
         });
     }
     Ok(())

@@ -155,6 +155,13 @@ impl Client<RocksEngine> {
                 key: None,
             });
         }
+        // An import raises the target's ts ceiling to it.
+        if crate::oracle::beyond_range(ts) {
+            return Err(Error::InvalidRequest {
+                reason: "an export's ts must be within the range of the timestamp oracle",
+                key: None,
+            });
+        }
         // Registered as a live snapshot for the whole export, so that no
         // GC round passes `ts` meanwhile; one already past it may have
         // dropped versions the export should hold.
@@ -195,6 +202,17 @@ impl Client<RocksEngine> {
     pub fn import(dir: impl AsRef<Path>, from: impl AsRef<Path>) -> Result<ExportManifest> {
         let (dir, from) = (dir.as_ref(), from.as_ref());
         let manifest = ExportManifest::read(from)?;
+        // The import raises the target's ts ceiling to it: one beyond the
+        // oracle's range would leave the target unopenable.
+        if crate::oracle::beyond_range(manifest.ts) {
+            return Err(Error::ExportCorrupted {
+                path: from.join(MANIFEST_FILE),
+                reason: format!(
+                    "ts {} is beyond the range of the timestamp oracle",
+                    manifest.ts
+                ),
+            });
+        }
         for file in &manifest.files {
             file.check_bytes(&from.join(&file.name))?;
         }

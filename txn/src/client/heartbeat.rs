@@ -123,7 +123,10 @@ fn beat<E: Engine>(client: &Weak<Inner<E>>, shared: &Shared, interval: Duration,
         for (start_ts, primary) in due {
             // The TTL counts from start_ts: ask for what has passed plus
             // one more TTL.
-            let advise_ttl = now.physical().saturating_sub(start_ts.physical()) + lock_ttl_ms;
+            let advise_ttl = now
+                .physical()
+                .saturating_sub(start_ts.physical())
+                .saturating_add(lock_ttl_ms);
             let storage = client.cluster.region_for(&primary).storage();
             // A failure (the lock is gone: committed or rolled back) is the
             // committing thread's to find out.

@@ -340,9 +340,11 @@ impl Client<RocksEngine> {
         let engine = RocksEngine::open_read_only(dir.join("db"), &RocksOptions::default())?;
         let now = TimeStamp::compose(crate::oracle::Clock::now_ms(&crate::oracle::SystemClock), 0);
         let floor = timestamp_floor(&engine)?.max(now);
-        let oracle: Arc<dyn TimestampOracle> = Arc::new(crate::oracle::CounterOracle::new(
-            floor.into_inner().saturating_add(1),
-        ));
+        if crate::oracle::beyond_range(floor) {
+            return Err(Error::TimestampBeyondRange { ts: floor });
+        }
+        let oracle: Arc<dyn TimestampOracle> =
+            Arc::new(crate::oracle::CounterOracle::new(floor.into_inner() + 1));
         let storage = StorageConfig {
             initial_max_ts: oracle.get_ts()?,
             ..StorageConfig::default()

@@ -113,9 +113,12 @@ impl AcquirePessimisticLock {
                 key: None,
             });
         }
-        if self.start_ts.is_max() || self.options.for_update_ts.is_max() {
+        if crate::oracle::beyond_range(self.start_ts)
+            || crate::oracle::beyond_range(self.options.for_update_ts)
+        {
             return Err(Error::InvalidRequest {
-                reason: "TimeStamp::max() is not a start_ts or for_update_ts",
+                reason: "a start_ts or for_update_ts beyond the range of the timestamp oracle \
+                         (such as TimeStamp::max())",
                 key: None,
             });
         }

@@ -137,8 +137,21 @@ impl PrewriteRef<'_> {
         if self.props.start_ts.is_zero() {
             return Err(invalid("prewrite needs a non-zero start_ts", None));
         }
-        if self.props.start_ts.is_max() {
-            return Err(invalid("TimeStamp::max() is not a start_ts", None));
+        if crate::oracle::beyond_range(self.props.start_ts) {
+            return Err(invalid(
+                "a start_ts beyond the range of the timestamp oracle (such as TimeStamp::max())",
+                None,
+            ));
+        }
+        // A lock carries these, and a commit_ts goes above them: from
+        // the oracle's range only (see `oracle::beyond_range`).
+        if crate::oracle::beyond_range(self.props.kind.for_update_ts())
+            || crate::oracle::beyond_range(self.props.min_commit_ts)
+        {
+            return Err(invalid(
+                "a for_update_ts or min_commit_ts beyond the range of the timestamp oracle",
+                None,
+            ));
         }
         if self.props.primary.is_empty() {
             return Err(invalid("prewrite needs a primary key", None));
