@@ -90,7 +90,10 @@ const HUGE_PAGE: usize = 2 << 20;
 /// misses the TLB as well as the cache, and walks the page tables before
 /// its load can even start; with huge pages, 64 MiB take 32 TLB entries
 /// instead of 16,384. Where the kernel gives no huge pages, nothing
-/// changes but the advice.
+/// changes but the advice. (The first touch of each 2 MiB may make the
+/// kernel compact memory to find a huge page, per its THP `defrag`
+/// setting: a one-time cost per huge page, 48 of them for a region's two
+/// tables.)
 pub struct ZeroedTable<T> {
     ptr: std::ptr::NonNull<T>,
     len: usize,
