@@ -341,6 +341,47 @@ fn a_lock_beyond_the_oracles_range_stops_the_client_from_opening() {
     }
 }
 
+/// The GC safe point bounds the oracle from below, as the newest commit
+/// does: a safe point ahead of the oracle's own state (a tool that set
+/// it, a clock that went back) is where a reopened oracle starts above,
+/// and one beyond the oracle's range stops the client from opening
+/// instead of leaving automatic GC stuck above every timestamp.
+#[test]
+fn the_gc_safe_point_bounds_the_oracle_from_below() {
+    let ahead = {
+        let db = open();
+        let latest = db.client.oracle().get_ts().unwrap();
+        let ahead = TimeStamp::compose(latest.physical() + 3_600_000, 0);
+        let engine = db.client.cluster().regions()[0].storage().engine().clone();
+        engine
+            .set_gc_safe_point(ahead.into_inner(), |_| None)
+            .unwrap();
+        let Db { client, dir } = db;
+        drop((client, engine));
+        let client = Client::open(dir.path()).unwrap();
+        assert!(client.oracle().get_ts().unwrap() > ahead);
+        ahead
+    };
+    let db = open();
+    let top = TimeStamp::compose(TimeStamp::max().physical() - 1_000, 0);
+    assert!(top > ahead);
+    let engine = db.client.cluster().regions()[0].storage().engine().clone();
+    engine
+        .set_gc_safe_point(top.into_inner(), |_| None)
+        .unwrap();
+    let Db { client, dir } = db;
+    drop((client, engine));
+    for result in [
+        Client::open(dir.path()).map(drop),
+        Client::open_read_only(dir.path()).map(drop),
+    ] {
+        match result {
+            Err(Error::TimestampBeyondRange { ts }) => assert_eq!(ts, top),
+            other => panic!("expected TimestampBeyondRange, got {other:?}"),
+        }
+    }
+}
+
 /// A scan that asks for every pair in one read (a limit or batch size of
 /// `usize::MAX`) gets them all, not an overflow.
 #[test]

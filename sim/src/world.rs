@@ -250,8 +250,9 @@ impl World {
         self.install_race_hook();
     }
 
-    /// The largest timestamp in the engine's data: every commit record's
-    /// and every lock's (what `Client::open` takes from RocksDB).
+    /// The largest timestamp in the engine's data: every commit record's,
+    /// every lock's and the GC safe point (what `Client::open` takes from
+    /// RocksDB).
     fn timestamp_floor(&self) -> TimeStamp {
         let snapshot = self.engine.snapshot();
         let mut floor = TimeStamp::zero();
@@ -275,7 +276,7 @@ impl World {
                 floor = floor.max(lock.ts).max(lock.min_commit_ts);
             }
         });
-        floor
+        floor.max(TimeStamp::new(self.engine.gc_safe_point()))
     }
 
     /// The client over the regions.

@@ -384,18 +384,23 @@ impl<E: Engine> Inner<E> {
 }
 
 /// A timestamp at or above every one in `engine`'s data: the newest
-/// commit (the engine's persisted ts ceiling) and the newest timestamp the
+/// commit (the engine's persisted ts ceiling), the newest timestamp the
 /// locks carry (start_ts, for_update_ts, min_commit_ts; an oracle that
 /// handed one of those out again would give a new transaction the identity
-/// of the lock's). An oracle serving this data starts above it, whatever
+/// of the lock's), and the GC safe point (a read below it may find
+/// versions gone). An oracle serving this data starts above it, whatever
 /// its own state file says; [`Client::open_with`] starts it so, and a tool
-/// that opens the engine itself should too.
+/// that opens the engine itself should too. A value beyond the oracle's
+/// range here (damaged, or written by a tool) makes that open fail with
+/// [`Error::TimestampBeyondRange`] rather than start below it.
 ///
 /// Locks are few (each lives from a prewrite to its commit), so this reads
 /// them all. One that does not decode is skipped here: every read that
 /// reaches it reports it, and [`Client::repair`] removes it.
 pub fn timestamp_floor(engine: &RocksEngine) -> Result<TimeStamp> {
-    Ok(TimeStamp::new(engine.persisted_ts_ceiling()).max(newest_lock_ts(engine)?))
+    Ok(TimeStamp::new(engine.persisted_ts_ceiling())
+        .max(TimeStamp::new(engine.gc_safe_point()))
+        .max(newest_lock_ts(engine)?))
 }
 
 /// The newest timestamp the locks on disk carry: see [`timestamp_floor`].
