@@ -11,7 +11,7 @@ use super::resolver::into_lock;
 use super::scan::{Keys, Scan};
 use super::transaction::{CommitInfo, CommitOptions, Pessimism, Transaction};
 use super::{Backoff, Deadline, Inner, key};
-use crate::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
+use crate::actions::acquire_pessimistic_lock::{PessimisticLockKeyResult, PessimisticLockOptions};
 use crate::commands::{AcquirePessimisticLock, PessimisticRollback, Unlock};
 use crate::{Error, Result};
 
@@ -419,32 +419,28 @@ impl<E: Engine> PessimisticTransaction<E> {
             .primary
             .as_deref()
             .expect("the primary is chosen first");
-        let mut request = AcquirePessimisticLock::new(
-            keys.iter().map(|k| key(k)).collect(),
-            primary,
-            self.start_ts(),
-            for_update_ts,
-        )
-        .lock_ttl(
-            client
-                .config
-                .lock_ttl_ms
-                .saturating_add(self.txn.open_for().as_millis() as u64),
-        )
-        .wait_timeout(client.config.lock_wait_timeout);
-        if want_values {
-            request = request.return_values();
+        // Built whole, each key with its insert flag, rather than through
+        // `AcquirePessimisticLock::new` and its setters: one list of keys
+        // allocated, not two.
+        AcquirePessimisticLock {
+            keys: keys.iter().map(|k| (key(k), should_not_exist)).collect(),
+            start_ts: self.start_ts(),
+            options: PessimisticLockOptions {
+                primary: primary.to_vec(),
+                for_update_ts,
+                lock_ttl: client
+                    .config
+                    .lock_ttl_ms
+                    .saturating_add(self.txn.open_for().as_millis() as u64),
+                return_value: want_values,
+                // An insert's constraint is checked at the newest commit by
+                // a retry instead (a lock with conflict leaves it
+                // unchecked). (`lock_region` relies on these conditions.)
+                allow_lock_with_conflict: keys.len() == 1 && !should_not_exist,
+                ..PessimisticLockOptions::default()
+            },
+            wait_timeout: Some(client.config.lock_wait_timeout),
         }
-        // An insert's constraint is checked at the newest commit by a retry
-        // instead (a lock with conflict leaves it unchecked). (`lock_region`
-        // relies on these conditions.)
-        if keys.len() == 1 && !should_not_exist {
-            request = request.allow_lock_with_conflict();
-        }
-        for (_, insert) in &mut request.keys {
-            *insert = should_not_exist;
-        }
-        request
     }
 
     /// Releases every pessimistic lock of the transaction, without waiting:

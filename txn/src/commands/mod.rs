@@ -197,16 +197,17 @@ pub trait ReadCommand: Send + 'static {
     }
 }
 
-/// Runs `action` on each of `keys` in turn over one reader and one buffer
+/// Runs `action` on each of `keys` (keys, or keys with what the action
+/// needs of each) in turn over one reader and one buffer
 /// of the transaction `start_ts`, collecting the answers. A zero
 /// `start_ts` names no transaction (the oracle never hands it out): it is
 /// `InvalidRequest`, before anything is read or written (a rollback at ts
 /// 0 would otherwise be recorded).
-fn for_each_key<S: Snapshot, T>(
+fn for_each_key<S: Snapshot, K, T>(
     snapshot: S,
     start_ts: TimeStamp,
-    keys: Vec<Key>,
-    action: impl FnMut(&mut MvccTxn, &mut MvccReader<S>, Key) -> Result<T>,
+    keys: Vec<K>,
+    action: impl FnMut(&mut MvccTxn, &mut MvccReader<S>, K) -> Result<T>,
 ) -> Result<(MvccTxn, Vec<T>)> {
     if start_ts.is_zero() {
         return Err(crate::Error::InvalidRequest {
@@ -219,11 +220,11 @@ fn for_each_key<S: Snapshot, T>(
 
 /// [`for_each_key`] for work that acts for no transaction (GC), with a
 /// buffer at `start_ts` zero.
-fn for_each_key_unchecked<S: Snapshot, T>(
+fn for_each_key_unchecked<S: Snapshot, K, T>(
     snapshot: S,
     start_ts: TimeStamp,
-    keys: Vec<Key>,
-    mut action: impl FnMut(&mut MvccTxn, &mut MvccReader<S>, Key) -> Result<T>,
+    keys: Vec<K>,
+    mut action: impl FnMut(&mut MvccTxn, &mut MvccReader<S>, K) -> Result<T>,
 ) -> Result<(MvccTxn, Vec<T>)> {
     let mut txn = MvccTxn::new(start_ts);
     let mut reader = MvccReader::new(snapshot);

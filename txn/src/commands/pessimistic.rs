@@ -160,15 +160,15 @@ impl WriteCommand for AcquirePessimisticLock {
             ctx.cm.update_max_ts(self.options.for_update_ts)?;
         }
         let options = self.options;
-        let (keys, inserts): (Vec<Key>, Vec<bool>) = self.keys.into_iter().unzip();
-        // `for_each_key` visits the keys in order.
-        let mut inserts = inserts.into_iter();
         let hints = ctx.cm.version_hints();
-        let (txn, results) =
-            for_each_key(ctx.snapshot, self.start_ts, keys, |txn, reader, key| {
-                let insert = inserts.next().unwrap_or(false);
+        let (txn, results) = for_each_key(
+            ctx.snapshot,
+            self.start_ts,
+            self.keys,
+            |txn, reader, (key, insert)| {
                 acquire_pessimistic_lock(txn, reader, key, insert, &options, Some(&*hints))
-            })?;
+            },
+        )?;
         Ok(WriteResult::new(txn, results))
     }
 }
