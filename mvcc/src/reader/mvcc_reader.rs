@@ -237,11 +237,45 @@ impl<S: Snapshot> MvccReader<S> {
         ts: TimeStamp,
         hints: &dyn crate::VersionHints,
     ) -> Result<Option<(TimeStamp, Write)>> {
+        self.hinted(key, hints, |_, commit_ts| commit_ts <= ts)
+    }
+
+    /// The newest record of `key` of any type and its commit_ts, when
+    /// `hints` know the key's newest data version, the engine's write
+    /// epoch of the key is still the one it was known at, and the engine's
+    /// ts ceiling of the key is at or below that version's commit_ts: no
+    /// record of the key (a Lock or Rollback record written after it
+    /// included) is newer then, so the data version is the newest record,
+    /// as a seek would find it. `None`: no answer here. Only over the
+    /// latest data, for a key no other writer can write meanwhile (under
+    /// its latch).
+    pub fn hinted_newest_record(
+        &mut self,
+        key: &Key,
+        hints: &dyn crate::VersionHints,
+    ) -> Result<Option<(TimeStamp, Write)>> {
+        self.hinted(key, hints, |snapshot, commit_ts| {
+            snapshot
+                .write_ts_ceiling(key.as_encoded())
+                .is_some_and(|ceiling| ceiling <= commit_ts.into_inner())
+        })
+    }
+
+    /// The hinted data version of `key` where its bucket's epoch is the
+    /// hint's and `accept` takes it (checked after the epoch).
+    fn hinted(
+        &mut self,
+        key: &Key,
+        hints: &dyn crate::VersionHints,
+        accept: impl FnOnce(&S, TimeStamp) -> bool,
+    ) -> Result<Option<(TimeStamp, Write)>> {
         let mut record = Vec::new();
         let Some((commit_ts, epoch)) = hints.newest_data_version(key, &mut record) else {
             return Ok(None);
         };
-        if commit_ts > ts || self.snapshot.write_epoch(key.as_encoded()) != Some(epoch) {
+        if self.snapshot.write_epoch(key.as_encoded()) != Some(epoch)
+            || !accept(&self.snapshot, commit_ts)
+        {
             return Ok(None);
         }
         if record.is_empty() {

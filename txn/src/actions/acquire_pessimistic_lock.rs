@@ -239,7 +239,10 @@ fn lock_again<S: Snapshot>(
 /// Lock, a Rollback) are below the start_ts and change nothing here but
 /// which version the value comes from, and the checks step over them to
 /// that same version (a data version with a GC fence is left to the seek,
-/// which judges the fence where it finds the version).
+/// which judges the fence where it finds the version). A key written
+/// since the start_ts (a hot one) needs its newest record of any type:
+/// the hinted data version is that record where the engine's ts ceiling
+/// of the key is not above it, and only otherwise does the request seek.
 fn newest_record<S: Snapshot>(
     reader: &mut MvccReader<S>,
     key: &Key,
@@ -253,6 +256,13 @@ fn newest_record<S: Snapshot>(
     let hinted = match hints {
         Some(hints) if unwritten && wants_value => reader
             .hinted_data_version(key, start_ts, hints)?
+            .filter(|(_, write)| write.gc_fence.is_none()),
+        // Written since the start_ts (a hot key): the newest record, of
+        // any type, is the one the checks need, and the hints know it
+        // where nothing in the key's bucket is newer than its data
+        // version.
+        Some(hints) if !unwritten && !should_not_exist => reader
+            .hinted_newest_record(key, hints)?
             .filter(|(_, write)| write.gc_fence.is_none()),
         _ => None,
     };
@@ -297,9 +307,11 @@ fn check_newest_record<S: Snapshot>(
         return Err(rolled_back(start_ts, key.clone()));
     }
     // Records newer than the start_ts may hide the rollback below them.
+    // Only a record at exactly the start_ts can say so: a point get, not
+    // a seek.
     if commit_ts > start_ts {
-        if let Some((older_ts, older)) = reader.seek_write(key, start_ts)? {
-            if is_own_rollback(start_ts, older_ts, &older) {
+        if let Some(older) = reader.write_at(key, start_ts)? {
+            if is_own_rollback(start_ts, start_ts, &older) {
                 return Err(rolled_back(start_ts, key.clone()));
             }
         }
@@ -525,22 +537,62 @@ mod tests {
         assert!(seeks > 0);
         commit(70, 71, None, true);
         assert_eq!(lock(80), (PessimisticLockKeyResult::Value(None), 0, 0));
-        // Where a record is at or above the start_ts, the request seeks
-        // (and finds the conflict).
+        // Where a record is at or above the start_ts (a key written since),
+        // the hinted version is still the newest record while nothing in
+        // the key's bucket is newer: its value, with one point get (for a
+        // rollback of its own at the start_ts) and no seek.
         commit(90, 91, Some(b"v3"), true);
-        let mut options = TxnFixture::<E>::lock_options(b"k", 95);
-        options.return_value = true;
-        let mut reader = MvccReader::new(f.engine().latest());
-        let outcome = acquire_pessimistic_lock(
-            &mut MvccTxn::new(TimeStamp::new(85)),
-            &mut reader,
-            k.clone(),
-            false,
-            &options,
-            Some(&hints),
+        let lock_at = |start_ts: u64, for_update_ts: u64| {
+            let mut options = TxnFixture::<E>::lock_options(b"k", for_update_ts);
+            options.return_value = true;
+            let mut reader = MvccReader::new(f.engine().latest());
+            let outcome = acquire_pessimistic_lock(
+                &mut MvccTxn::new(TimeStamp::new(start_ts)),
+                &mut reader,
+                k.clone(),
+                false,
+                &options,
+                Some(&hints),
+            );
+            let stats = &reader.statistics().write;
+            (outcome, stats.get, stats.total() - stats.get)
+        };
+        let (outcome, gets, seeks) = lock_at(85, 95);
+        assert_eq!(outcome.unwrap(), value(b"v3"));
+        assert_eq!((gets, seeks), (1, 0));
+        // A hint recorded after a newer record was written (a commit at
+        // 101 whose batch applied after a Rollback record at 150) has the
+        // key's current epoch, but the ceiling is above it: the request
+        // seeks, and the Rollback record above its for_update_ts is a
+        // conflict.
+        f.must_rollback(b"k", 150);
+        let epoch = f.engine().write_epoch(k.as_encoded());
+        let put = Write::new(WriteType::Put, TimeStamp::new(90), Some(b"v3".to_vec()));
+        hints.record(&k, TimeStamp::new(91), &put.to_bytes(), epoch);
+        let (outcome, _, seeks) = lock_at(120, 140);
+        assert!(
+            matches!(
+                outcome,
+                Err(crate::Error::Mvcc(percolate_mvcc::Error::WriteConflict {
+                    conflict_commit_ts,
+                    reason: WriteConflictReason::PessimisticRetry,
+                    ..
+                })) if conflict_commit_ts == TimeStamp::new(150)
+            ),
+            "{outcome:?}"
         );
-        assert!(matches!(outcome, Ok(PessimisticLockKeyResult::Value(Some(ref v))) if v == b"v3"));
-        assert!(reader.statistics().write.total() > reader.statistics().write.get);
+        assert!(seeks > 0);
+        // And this transaction's own rollback there is found.
+        let (outcome, _, _) = lock_at(150, 160);
+        assert!(
+            matches!(
+                outcome,
+                Err(crate::Error::Mvcc(
+                    percolate_mvcc::Error::PessimisticLockRolledBack { .. }
+                ))
+            ),
+            "{outcome:?}"
+        );
     }
 
     crate::testing::on_both_engines! {
