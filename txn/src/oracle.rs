@@ -21,7 +21,7 @@
 //!   from the last timestamp. When more than 2^18 timestamps are taken in
 //!   one millisecond the logical part carries into the physical part, which
 //!   then runs ahead of the clock until the clock catches up. A background
-//!   ticker thread wakes every [`TICK`] to extend the durable limit ahead
+//!   ticker thread wakes every 50 ms to extend the durable limit ahead
 //!   of the clock (below) and to keep an idle counter on it. It used to
 //!   wake every millisecond and be the only thing that moved the counter:
 //!   on two busy cores its 1,000 wake-ups a second each preempted a
