@@ -458,15 +458,7 @@ mod tests {
         // A rollback record sits at the start_ts itself.
         f.must_rollback(b"r", 40);
         let (outcome, _) = lock_counting_reads(&f, b"r", 40, 40, false);
-        assert!(
-            matches!(
-                outcome,
-                Err(crate::Error::Mvcc(
-                    percolate_mvcc::Error::PessimisticLockRolledBack { .. }
-                ))
-            ),
-            "{outcome:?}"
-        );
+        assert_rolled_back(&outcome);
 
         // should_not_exist must see the value, ceiling or not.
         let (outcome, reads) = lock_counting_reads(&f, k, 30, 30, true);
@@ -584,6 +576,11 @@ mod tests {
         assert!(seeks > 0);
         // And this transaction's own rollback there is found.
         let (outcome, _, _) = lock_at(150, 160);
+        assert_rolled_back(&outcome);
+    }
+
+    /// The request failed because its transaction was rolled back on the key.
+    fn assert_rolled_back(outcome: &Result<PessimisticLockKeyResult>) {
         assert!(
             matches!(
                 outcome,
