@@ -9,9 +9,12 @@
 //! # [`LocalOracle`]
 //!
 //! * **Fast path.** One `AtomicU64` holds the last timestamp handed out;
-//!   `get_ts` reads the coarse clock ([`Clock::coarse_now_ms`]), raises the
-//!   counter to `now_ms << 18` if it is behind (`fetch_max`, once per
-//!   clock tick), then takes a `fetch_add(1)` and loads the durable limit.
+//!   `get_ts` takes a `fetch_add(1)`, reads the coarse clock
+//!   ([`Clock::coarse_now_ms`]) and loads the durable limit. Where the
+//!   number it took is behind the clock (once per clock tick) it raises
+//!   the counter to `now_ms << 18` (`fetch_max`) and takes again; a
+//!   counter at or ahead of the clock is left as it is, so timestamps stay
+//!   increasing whatever the clock does.
 //!   No lock, no system call: the coarse clock is a read of the time the
 //!   kernel keeps for its own tick (the vDSO's `CLOCK_REALTIME_COARSE`, 3
 //!   ns on this project's machine against 20 ns for the precise clock).
@@ -75,6 +78,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{RecvTimeoutError, Sender};
+use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 use percolate_mvcc::{TSO_PHYSICAL_SHIFT_BITS, TimeStamp};
 
@@ -367,8 +371,10 @@ impl StateFile {
 /// on disk, and an oracle reopened above that limit never repeats one.
 struct Shared {
     /// The last timestamp taken from the counter (handed out, or skipped
-    /// by the ticker). Only ever increases.
-    last: AtomicU64,
+    /// by the ticker). Only ever increases. Alone in its cache line: every
+    /// `get_ts` writes it, and the fields it only reads (the limit, the
+    /// clock) then stay in every core's cache instead of moving with it.
+    last: CachePadded<AtomicU64>,
     /// The durable limit as a timestamp (`limit_ms << 18`).
     limit: AtomicU64,
     /// Serializes writers of the state file and of `limit`.
@@ -384,10 +390,20 @@ impl Shared {
     /// Takes `count` timestamps and returns the first.
     #[inline]
     fn allocate(&self, count: u64) -> Result<TimeStamp> {
+        let mut prev = self.last.fetch_add(count, Ordering::Relaxed);
         if self.follows_clock {
-            self.follow_clock();
+            let now = ts_of_physical(self.clock.coarse_now_ms().min(MAX_LIMIT));
+            if prev < now {
+                // Behind the clock (once per clock tick): the counter goes
+                // up to it, and the timestamps are taken again above it
+                // (those just taken are skipped). Taken first and checked
+                // after, rather than loaded and compared first: a load
+                // before the add costs threads that share the counter a
+                // second transfer of its cache line.
+                self.last.fetch_max(now, Ordering::Relaxed);
+                prev = self.last.fetch_add(count, Ordering::Relaxed);
+            }
         }
-        let prev = self.last.fetch_add(count, Ordering::Relaxed);
         // Saturates only at the top of the range, which `extend_limit`
         // then reports as exhausted.
         let last = prev.saturating_add(count);
@@ -426,18 +442,6 @@ impl Shared {
         self.limit
             .fetch_max(ts_of_physical(limit_ms), Ordering::Release);
         Ok(())
-    }
-
-    /// Moves the counter up to the coarse clock if it is behind: a load
-    /// and a comparison, and a `fetch_max` once per clock tick. A
-    /// counter at or ahead of the clock is left as it is, so the
-    /// timestamps stay increasing whatever the clock does.
-    #[inline]
-    fn follow_clock(&self) {
-        let now = ts_of_physical(self.clock.coarse_now_ms().min(MAX_LIMIT));
-        if now > self.last.load(Ordering::Relaxed) {
-            self.last.fetch_max(now, Ordering::Relaxed);
-        }
     }
 
     /// One ticker step: moves the counter up to the clock and extends the
@@ -585,7 +589,7 @@ impl LocalOracle {
         };
         let start_ms = stored.max(clock.now_ms()).max(above_floor).min(MAX_LIMIT);
         let shared = Arc::new(Shared {
-            last: AtomicU64::new(ts_of_physical(start_ms)),
+            last: CachePadded::new(AtomicU64::new(ts_of_physical(start_ms))),
             limit: AtomicU64::new(ts_of_physical(stored)),
             file: Mutex::new(file),
             clock,
