@@ -138,6 +138,17 @@ fn a_conflict_and_its_retry_are_counted() {
     assert_eq!((m.conflicts, m.retries), (1, 1));
     assert_eq!(commits(&client, ProtocolKind::OnePc), (3, 0));
     assert_eq!(m.command(CommandKind::Prewrite).unwrap().failed, 1);
+    // The failed 1PC prewrite wrote nothing: no unlock follows it.
+    assert_eq!(unlocks(&client), 0);
+}
+
+/// Unlock commands run so far (a failed commit sends them in the
+/// background).
+fn unlocks(client: &Client) -> u64 {
+    client
+        .metrics()
+        .command(CommandKind::Unlock)
+        .map_or(0, |c| c.ok + c.failed)
 }
 
 #[test]
@@ -256,4 +267,10 @@ fn a_transaction_given_up_is_counted_as_rolled_back() {
     assert_eq!(m.conflicts, 1);
     assert_eq!(m.rolled_back, 2);
     assert_eq!(client.get_latest(b"b").unwrap(), None);
+    // The unlock goes in the background.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while unlocks(&client) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no unlock sent");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }

@@ -458,6 +458,12 @@ struct Committer<'a, E: Engine> {
     /// Set once the transaction is committed (its commit point passed):
     /// from then on an error must not unlock anything.
     committed: bool,
+    /// Set once a prewrite of the commit wrote (it met no lock; a prewrite
+    /// that fails or meets locks writes nothing). Until then a failed
+    /// optimistic commit has no lock to remove: a 1PC commit that met a
+    /// write conflict sends no unlock (one more command on a hot key's
+    /// latches, and a worker woken for it).
+    wrote: std::cell::Cell<bool>,
     /// Whether the primary lock is kept alive by heart beats.
     heart_beating: bool,
     /// How every command of the commit is written (`None`: each region's
@@ -504,6 +510,7 @@ impl<'a, E: Engine> Committer<'a, E> {
             lock_ttl_ms,
             secondaries: plan.secondaries,
             committed: false,
+            wrote: std::cell::Cell::new(false),
             heart_beating: false,
             durability: None,
             notifies: watched.len(),
@@ -726,6 +733,7 @@ impl<'a, E: Engine> Committer<'a, E> {
                 let request = shape.request(&batch.mutations, &batch.notify);
                 let result = storage.prewrite_in_place(request, self.command_options())?;
                 if result.locks.is_empty() {
+                    self.wrote.set(true);
                     return Ok(vec![result]);
                 }
                 self.wait_for(&result.locks, &deadline, &mut backoff)?;
@@ -765,7 +773,10 @@ impl<'a, E: Engine> Committer<'a, E> {
         // sent afterwards finds every prewrite finished.
         for (i, pending) in self.send_prewrites(unsent) {
             match pending.wait() {
-                Ok(result) if result.locks.is_empty() => results[i] = Some(result),
+                Ok(result) if result.locks.is_empty() => {
+                    self.wrote.set(true);
+                    results[i] = Some(result);
+                }
                 Ok(result) => locks.extend(result.locks),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -866,6 +877,10 @@ impl<'a, E: Engine> Committer<'a, E> {
     /// [`Unlock`]), so they do not linger until they expire.
     fn rollback_in_background(&self) {
         self.client.metrics.rolled_back();
+        // A pessimistic transaction's locks were taken before its commit.
+        if !self.wrote.get() && self.for_update_ts.is_none() {
+            return;
+        }
         for (region, keys) in self.keys_by_region() {
             let storage = self.client.cluster.regions()[region].storage();
             forget(storage.sched_write(Unlock {
