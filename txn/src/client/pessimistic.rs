@@ -261,8 +261,7 @@ impl<E: Engine> PessimisticTransaction<E> {
             return self.lock_primary(key, want_value, should_not_exist);
         }
         let client = self.txn.client().clone();
-        let mut values = self.lock_region(&client, &[key], want_value, should_not_exist)?;
-        Ok(values.pop().flatten())
+        self.lock_region(&client, &[key], want_value, should_not_exist)
     }
 
     /// Locks the first key of the transaction, its primary, on its own, so
@@ -277,7 +276,7 @@ impl<E: Engine> PessimisticTransaction<E> {
         let client = self.txn.client().clone();
         self.primary = Some(primary.to_vec());
         let value = match self.lock_region(&client, &[primary], want_value, should_not_exist) {
-            Ok(mut value) => value.pop().flatten(),
+            Ok(value) => value,
             Err(e) => {
                 self.primary = None;
                 return Err(e);
@@ -292,13 +291,15 @@ impl<E: Engine> PessimisticTransaction<E> {
     /// Locks `keys`, all in one region: waits for locks in the way,
     /// resolves those whose owners are gone, and retries with a newer
     /// for_update_ts after a conflict, until the client's resolve timeout.
+    /// Returns the value of the last key when `want_values` (a request
+    /// that wants a value locks one key).
     fn lock_region(
         &mut self,
         client: &Inner<E>,
         keys: &[&[u8]],
         want_values: bool,
         should_not_exist: bool,
-    ) -> Result<Vec<Option<Vec<u8>>>> {
+    ) -> Result<Option<Vec<u8>>> {
         let storage = client.cluster.region_for(keys[0]).storage();
         let deadline = Deadline::after(client.config.resolve_timeout);
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
@@ -370,8 +371,9 @@ impl<E: Engine> PessimisticTransaction<E> {
         }
     }
 
-    /// The values of a lock request that succeeded (`None` for each where
-    /// not `want_values`).
+    /// The value of the last key of a lock request that succeeded (`None`
+    /// where not `want_values`; a request that wants a value locks one
+    /// key).
     ///
     /// A key locked with conflict was locked above a commit newer than the
     /// request's for_update_ts, and its value is that commit's: the
@@ -387,23 +389,23 @@ impl<E: Engine> PessimisticTransaction<E> {
         client: &Inner<E>,
         results: Vec<PessimisticLockKeyResult>,
         want_values: bool,
-    ) -> Result<Vec<Option<Vec<u8>>>> {
-        let mut values = Vec::with_capacity(results.len());
+    ) -> Result<Option<Vec<u8>>> {
+        let mut last = None;
         let mut conflicted = false;
         for result in results {
-            values.push(match result {
+            last = match result {
                 PessimisticLockKeyResult::Value(value) => value,
                 PessimisticLockKeyResult::LockedWithConflict { value, .. } => {
                     conflicted = true;
                     value.filter(|_| want_values)
                 }
                 _ => None,
-            });
+            };
         }
         if conflicted {
             self.for_update_ts = self.for_update_ts.max(client.oracle.get_ts()?);
         }
-        Ok(values)
+        Ok(last)
     }
 
     /// The request locking `keys` at `for_update_ts`.
