@@ -445,11 +445,11 @@ mod tests {
         let (outcome, reads) = lock_counting_reads(&f, k, 15, 15, false);
         assert!(
             matches!(
-                outcome,
-                Err(crate::Error::Mvcc(percolate_mvcc::Error::WriteConflict {
+                mvcc_error(&outcome),
+                percolate_mvcc::Error::WriteConflict {
                     reason: WriteConflictReason::PessimisticRetry,
                     ..
-                }))
+                }
             ),
             "{outcome:?}"
         );
@@ -458,16 +458,20 @@ mod tests {
         // A rollback record sits at the start_ts itself.
         f.must_rollback(b"r", 40);
         let (outcome, _) = lock_counting_reads(&f, b"r", 40, 40, false);
-        assert_rolled_back(&outcome);
+        assert!(
+            matches!(
+                mvcc_error(&outcome),
+                percolate_mvcc::Error::PessimisticLockRolledBack { .. }
+            ),
+            "{outcome:?}"
+        );
 
         // should_not_exist must see the value, ceiling or not.
         let (outcome, reads) = lock_counting_reads(&f, k, 30, 30, true);
         assert!(
             matches!(
-                outcome,
-                Err(crate::Error::Mvcc(
-                    percolate_mvcc::Error::AlreadyExist { .. }
-                ))
+                mvcc_error(&outcome),
+                percolate_mvcc::Error::AlreadyExist { .. }
             ),
             "{outcome:?}"
         );
@@ -564,32 +568,34 @@ mod tests {
         let (outcome, _, seeks) = lock_at(120, 140);
         assert!(
             matches!(
-                outcome,
-                Err(crate::Error::Mvcc(percolate_mvcc::Error::WriteConflict {
+                mvcc_error(&outcome),
+                percolate_mvcc::Error::WriteConflict {
                     conflict_commit_ts,
                     reason: WriteConflictReason::PessimisticRetry,
                     ..
-                })) if conflict_commit_ts == TimeStamp::new(150)
+                } if *conflict_commit_ts == TimeStamp::new(150)
             ),
             "{outcome:?}"
         );
         assert!(seeks > 0);
         // And this transaction's own rollback there is found.
         let (outcome, _, _) = lock_at(150, 160);
-        assert_rolled_back(&outcome);
-    }
-
-    /// The request failed because its transaction was rolled back on the key.
-    fn assert_rolled_back(outcome: &Result<PessimisticLockKeyResult>) {
         assert!(
             matches!(
-                outcome,
-                Err(crate::Error::Mvcc(
-                    percolate_mvcc::Error::PessimisticLockRolledBack { .. }
-                ))
+                mvcc_error(&outcome),
+                percolate_mvcc::Error::PessimisticLockRolledBack { .. }
             ),
             "{outcome:?}"
         );
+    }
+
+    /// The MVCC error a request failed with; panics, showing the outcome,
+    /// on any other.
+    fn mvcc_error(outcome: &Result<PessimisticLockKeyResult>) -> &percolate_mvcc::Error {
+        match outcome {
+            Err(crate::Error::Mvcc(e)) => e,
+            other => panic!("expected an MVCC error, got {other:?}"),
+        }
     }
 
     crate::testing::on_both_engines! {
