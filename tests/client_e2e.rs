@@ -708,6 +708,113 @@ fn a_read_waits_for_an_async_commit_to_finish() {
     }
 }
 
+/// An async-commit lock of a prewrite that committed at or below a
+/// writer's start_ts: the writer's prewrite meets it, waits for the commit
+/// to remove it (`ClientConfig::async_commit_prewrite_wait`) and commits
+/// over it, resolving nothing. With the wait off it resolves the lock,
+/// finds its (older) transaction alive, and gives way with `KeyIsLocked`.
+#[test]
+fn a_commit_waits_for_an_async_commit_below_its_start_ts() {
+    for wait in [Duration::from_secs(10), Duration::ZERO] {
+        let db = open(ClientConfig {
+            async_commit_prewrite_wait: wait,
+            ..ClientConfig::default()
+        });
+        let client = &db.client;
+        commit(client, &[("h", "1")]);
+        let (start_ts, min_commit_ts) = prewrite_async(client, b"h", b"2", 3000);
+        let mut writer = client.begin().unwrap();
+        assert!(writer.start_ts() >= min_commit_ts);
+        writer.put(b"h", b"3");
+        let committed = AtomicBool::new(false);
+        let outcome = thread::scope(|scope| {
+            scope.spawn(|| {
+                thread::sleep(Duration::from_millis(100));
+                committed.store(true, Ordering::SeqCst);
+                let storage = client.cluster().region_for(b"h").storage();
+                storage
+                    .commit(vec![Key::from_raw(b"h")], start_ts, min_commit_ts)
+                    .unwrap();
+            });
+            writer.commit()
+        });
+        let resolved: u64 = client.metrics().resolved.iter().map(|(_, n)| n).sum();
+        if wait.is_zero() {
+            assert!(is_locked(&outcome), "{outcome:?}");
+            assert!(resolved > 0, "the lock was not resolved");
+            assert_eq!(client.get_latest(b"h").unwrap(), Some(b"2".to_vec()));
+        } else {
+            assert!(outcome.is_ok(), "{outcome:?}");
+            assert!(
+                committed.load(Ordering::SeqCst),
+                "committed before the lock went"
+            );
+            assert_eq!(resolved, 0, "the lock was resolved instead of waited for");
+            assert_eq!(client.get_latest(b"h").unwrap(), Some(b"3".to_vec()));
+        }
+    }
+}
+
+/// An async-commit lock whose transaction commits above a writer's
+/// start_ts: the writer could only meet that commit as a write conflict,
+/// so its commit gives up at once with `KeyIsLocked`, resolving nothing
+/// and not waiting for the lock (which is never committed here). Once the
+/// lock has expired it is resolved (committed, since every key of its
+/// transaction is prewritten), and a writer that began after its commit
+/// goes on.
+#[test]
+fn a_commit_gives_way_at_once_to_an_async_commit_above_its_start_ts() {
+    let db = open(ClientConfig::default());
+    let client = &db.client;
+    let mut writer = client.begin().unwrap();
+    writer.put(b"h", b"mine");
+    let (_, min_commit_ts) = prewrite_async(client, b"h", b"theirs", 50);
+    assert!(min_commit_ts > writer.start_ts());
+    let outcome = writer.commit();
+    assert!(is_locked(&outcome), "{outcome:?}");
+    let resolved: u64 = client.metrics().resolved.iter().map(|(_, n)| n).sum();
+    assert_eq!(resolved, 0, "a CheckTxnStatus was sent");
+
+    thread::sleep(Duration::from_millis(100));
+    client
+        .with_retry(|txn| {
+            txn.put(b"h", b"later");
+            Ok(())
+        })
+        .unwrap();
+    let resolved: u64 = client.metrics().resolved.iter().map(|(_, n)| n).sum();
+    assert!(resolved > 0, "the expired lock was not resolved");
+    assert_eq!(client.get_latest(b"h").unwrap(), Some(b"later".to_vec()));
+}
+
+/// Prewrites `key` = `value` by async commit, as a client that then stops
+/// would leave it: returns the transaction's start_ts and min_commit_ts.
+fn prewrite_async(
+    client: &Client,
+    key: &[u8],
+    value: &[u8],
+    ttl_ms: u64,
+) -> (TimeStamp, TimeStamp) {
+    let storage = client.cluster().region_for(key).storage();
+    let start_ts = client.oracle().get_ts().unwrap();
+    let prewrite = Prewrite::new(
+        vec![Mutation::put(Key::from_raw(key), value.to_vec())],
+        key,
+        start_ts,
+    )
+    .lock_ttl(ttl_ms)
+    .async_commit(vec![], TimeStamp::zero());
+    let min_commit_ts = storage.prewrite(prewrite).unwrap().min_commit_ts.unwrap();
+    (start_ts, min_commit_ts)
+}
+
+fn is_locked(outcome: &percolate::Result<CommitInfo>) -> bool {
+    matches!(
+        outcome,
+        Err(Error::Mvcc(percolate::mvcc::Error::KeyIsLocked(_)))
+    )
+}
+
 /// Write skew is **allowed** under snapshot isolation: two transactions
 /// read the same two keys, each writes the key the other did not, and
 /// neither write conflicts with the other's, so both commit, although no

@@ -106,6 +106,18 @@ pub struct ClientConfig {
     /// resolution (a timestamp, a `CheckTxnStatus`) and no back-off.
     /// Zero resolves at once, as TiKV's client does. Defaults to 5 ms.
     pub async_commit_read_wait: Duration,
+    /// How long an optimistic commit whose prewrite meets another
+    /// transaction's async-commit lock waits for that lock to go before it
+    /// resolves it (once per commit). The lock's transaction is committing:
+    /// when it commits at or below this transaction's start_ts (its lock's
+    /// min_commit_ts is not above it), the prewrite goes on once the lock
+    /// is gone, with no `CheckTxnStatus` on the lock's primary (a command
+    /// on the latches of the very key being committed) and no back-off;
+    /// when it commits above, this commit could only end in a write
+    /// conflict, and gives up at once with `KeyIsLocked`, to be retried.
+    /// An expired lock is resolved as before. Zero resolves every lock at
+    /// once, as TiKV's client does. Defaults to 5 ms.
+    pub async_commit_prewrite_wait: Duration,
     /// Attempts [`Client::with_retry`] makes. Defaults to 64.
     pub max_retries: usize,
     /// Whether a transaction's prewrite batches (several when it spans
@@ -189,6 +201,7 @@ impl Default for ClientConfig {
             max_async_commit_keys: 256,
             resolve_timeout: Duration::from_secs(10),
             async_commit_read_wait: Duration::from_millis(5),
+            async_commit_prewrite_wait: Duration::from_millis(5),
             max_retries: 64,
             parallel_prewrite: ParallelPrewrite::default(),
             secondary_commits: SecondaryCommits::default(),

@@ -471,6 +471,11 @@ struct Committer<'a, E: Engine> {
     durability: Option<Durability>,
     /// How many watched keys it writes (observers' notifications).
     notifies: usize,
+    /// Set once a prewrite of the commit waited for an async-commit lock
+    /// to go (see [`ClientConfig::async_commit_prewrite_wait`]).
+    ///
+    /// [`ClientConfig::async_commit_prewrite_wait`]: super::ClientConfig::async_commit_prewrite_wait
+    waited_for_commit: std::cell::Cell<bool>,
 }
 
 impl<'a, E: Engine> Committer<'a, E> {
@@ -514,6 +519,7 @@ impl<'a, E: Engine> Committer<'a, E> {
             heart_beating: false,
             durability: None,
             notifies: watched.len(),
+            waited_for_commit: std::cell::Cell::new(false),
         }
     }
 
@@ -841,6 +847,9 @@ impl<'a, E: Engine> Committer<'a, E> {
         deadline: &Deadline,
         backoff: &mut Backoff,
     ) -> Result<()> {
+        if self.wait_for_commit(locks)? {
+            return Ok(());
+        }
         let mut pushed = Vec::new();
         let alive = self
             .client
@@ -857,6 +866,51 @@ impl<'a, E: Engine> Committer<'a, E> {
             backoff.sleep();
         }
         Ok(())
+    }
+
+    /// Handles an unexpired async-commit lock among `locks` without
+    /// resolving it (see [`ClientConfig::async_commit_prewrite_wait`]):
+    /// gives up at once with `KeyIsLocked` when its transaction commits
+    /// above this one's start_ts, and otherwise waits (once per commit) for
+    /// the lock to go. Returns whether it waited; `false` leaves the locks
+    /// to be resolved.
+    ///
+    /// [`ClientConfig::async_commit_prewrite_wait`]: super::ClientConfig::async_commit_prewrite_wait
+    fn wait_for_commit(&self, locks: &[LockInfo]) -> Result<bool> {
+        let wait = self.client.config.async_commit_prewrite_wait;
+        // A pessimistic transaction's conflicts are at its for_update_ts.
+        if wait.is_zero() || self.for_update_ts.is_some() {
+            return Ok(false);
+        }
+        let Some(lock) = locks.iter().find(|lock| lock.use_async_commit) else {
+            return Ok(false);
+        };
+        // An expired lock may be an abandoned one: resolve it.
+        let now = self.client.oracle.get_ts()?;
+        if lock.lock_version.physical().saturating_add(lock.lock_ttl) < now.physical() {
+            return Ok(false);
+        }
+        // Its commit_ts will be at least its min_commit_ts (an async-commit
+        // lock's is fixed at prewrite): above the start_ts, this prewrite
+        // meets the commit as a write conflict once the lock goes.
+        if lock.min_commit_ts > self.start_ts {
+            return Err(percolate_mvcc::Error::KeyIsLocked(Box::new(lock.clone())).into());
+        }
+        if self.waited_for_commit.replace(true) {
+            return Ok(false);
+        }
+        let storage = self.client.cluster.region_for(&lock.key).storage();
+        let waits = storage.concurrency_manager().lock_waits();
+        let watched = key(&lock.key);
+        let ticket = waits.watch(std::slice::from_ref(&watched));
+        // Watched first, then looked for: a removal in between is seen.
+        let still_there = percolate_mvcc::MvccReader::new(storage.engine().latest())
+            .load_lock(&watched)?
+            .is_some_and(|held| held.ts == lock.lock_version);
+        if still_there {
+            waits.wait_for_release(&ticket, &watched, wait);
+        }
+        Ok(true)
     }
 
     /// Whether the prewrite batches go out at once
