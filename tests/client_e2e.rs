@@ -674,14 +674,7 @@ fn a_read_waits_for_an_async_commit_to_finish() {
         let client = &db.client;
         commit(client, &[("h", "1")]);
         let storage = client.cluster().region_for(b"h").storage();
-        let start_ts = client.oracle().get_ts().unwrap();
-        let prewrite = Prewrite::new(
-            vec![Mutation::put(Key::from_raw(b"h"), b"2".to_vec())],
-            b"h",
-            start_ts,
-        )
-        .async_commit(vec![], TimeStamp::zero());
-        let min_commit_ts = storage.prewrite(prewrite).unwrap().min_commit_ts.unwrap();
+        let (start_ts, min_commit_ts) = prewrite_async(client, b"h", b"2", 3000);
         let reader = client.begin().unwrap();
         assert!(reader.start_ts() >= min_commit_ts);
         let committed = AtomicBool::new(false);
@@ -696,7 +689,7 @@ fn a_read_waits_for_an_async_commit_to_finish() {
             assert_eq!(reader.get(b"h").unwrap(), Some(b"2".to_vec()));
             assert!(committed.load(Ordering::SeqCst), "read before the commit");
         });
-        let resolved: u64 = client.metrics().resolved.iter().map(|(_, n)| n).sum();
+        let resolved = resolved(client);
         if wait.is_zero() {
             assert!(resolved > 0, "the lock was not resolved");
         } else {
@@ -738,7 +731,7 @@ fn a_commit_waits_for_an_async_commit_below_its_start_ts() {
             });
             writer.commit()
         });
-        let resolved: u64 = client.metrics().resolved.iter().map(|(_, n)| n).sum();
+        let resolved = resolved(client);
         if wait.is_zero() {
             assert!(is_locked(&outcome), "{outcome:?}");
             assert!(resolved > 0, "the lock was not resolved");
@@ -772,8 +765,7 @@ fn a_commit_gives_way_at_once_to_an_async_commit_above_its_start_ts() {
     assert!(min_commit_ts > writer.start_ts());
     let outcome = writer.commit();
     assert!(is_locked(&outcome), "{outcome:?}");
-    let resolved: u64 = client.metrics().resolved.iter().map(|(_, n)| n).sum();
-    assert_eq!(resolved, 0, "a CheckTxnStatus was sent");
+    assert_eq!(resolved(client), 0, "a CheckTxnStatus was sent");
 
     thread::sleep(Duration::from_millis(100));
     client
@@ -782,8 +774,7 @@ fn a_commit_gives_way_at_once_to_an_async_commit_above_its_start_ts() {
             Ok(())
         })
         .unwrap();
-    let resolved: u64 = client.metrics().resolved.iter().map(|(_, n)| n).sum();
-    assert!(resolved > 0, "the expired lock was not resolved");
+    assert!(resolved(client) > 0, "the expired lock was not resolved");
     assert_eq!(client.get_latest(b"h").unwrap(), Some(b"later".to_vec()));
 }
 
@@ -806,6 +797,11 @@ fn prewrite_async(
     .async_commit(vec![], TimeStamp::zero());
     let min_commit_ts = storage.prewrite(prewrite).unwrap().min_commit_ts.unwrap();
     (start_ts, min_commit_ts)
+}
+
+/// How many locks the client resolved (each a `CheckTxnStatus`).
+fn resolved(client: &Client) -> u64 {
+    client.metrics().resolved.iter().map(|(_, n)| n).sum()
 }
 
 fn is_locked(outcome: &percolate::Result<CommitInfo>) -> bool {
