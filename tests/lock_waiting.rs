@@ -215,6 +215,66 @@ fn a_wait_times_out_with_the_lock<E: Engine>(Bare(engine): Bare<E>) {
     assert!(edges(&s).is_empty());
 }
 
+/// A request for a key another transaction holds waits at once, without
+/// running its command first (no latches, no command counted until the
+/// run after the wait), yet as the command would have: a request that
+/// reads raises `max_ts` to its for_update_ts, and the wait ends with the
+/// lock it met. A request that would fail for another reason (here: a key
+/// outside the region) runs, and fails as before.
+fn a_request_for_a_held_key_waits_before_running<E: Engine>(Bare(engine): Bare<E>) {
+    let s = storage(engine);
+    must_lock(&s, b"k", 10);
+    let runs = |s: &Storage<E>| {
+        let m = s.metrics().snapshot();
+        let c = m.command(percolate::txn::metrics::CommandKind::AcquirePessimisticLock);
+        c.map(|c| (c.ok, c.failed)).unwrap_or_default()
+    };
+    let before = runs(&s);
+    let err = s
+        .acquire_pessimistic_lock(
+            lock_request(b"k", 20, 30, Duration::from_millis(20)).return_values(),
+        )
+        .unwrap_err();
+    match err.as_mvcc() {
+        Some(MvccError::KeyIsLocked(info)) => assert_eq!(info.lock_version, ts(10)),
+        _ => panic!("expected KeyIsLocked, got {err}"),
+    }
+    assert_eq!(
+        runs(&s),
+        before,
+        "the request ran although the key was held"
+    );
+    assert_eq!(s.concurrency_manager().max_ts(), ts(30));
+    // Once the holder is gone the request runs, and takes the lock.
+    thread::scope(|scope| {
+        let waiter = scope.spawn(|| s.acquire_pessimistic_lock(lock_request(b"k", 20, 40, LONG)));
+        until_waiting(&s, 1);
+        s.pessimistic_rollback(vec![key(b"k")], ts(10), ts(10))
+            .unwrap();
+        waiter.join().unwrap().unwrap();
+    });
+    assert_eq!(lock_on(&s, b"k").unwrap().ts, ts(20));
+    assert_eq!(runs(&s), (before.0 + 1, before.1), "one run after the wait");
+
+    let bounded = Storage::new(
+        s.engine().clone(),
+        StorageConfig {
+            key_range: Some(percolate::txn::storage::KeyRange {
+                start: b"a".to_vec(),
+                end: Some(b"b".to_vec()),
+            }),
+            ..StorageConfig::default()
+        },
+    );
+    let err = bounded
+        .acquire_pessimistic_lock(lock_request(b"k", 50, 50, LONG))
+        .unwrap_err();
+    assert!(
+        !matches!(err.as_mvcc(), Some(MvccError::KeyIsLocked(_))),
+        "{err}"
+    );
+}
+
 /// The chain of a `Deadlock` as (txn, wait_for_txn, key) triples.
 fn deadlock_chain(err: &Error, start: u64, lock: u64) -> Vec<(u64, u64, Vec<u8>)> {
     match err {
@@ -415,6 +475,7 @@ on_both_engines!(
     a_waiter_woken_by_a_commit,
     a_waiter_woken_by_a_commit_locks_with_conflict,
     a_wait_times_out_with_the_lock,
+    a_request_for_a_held_key_waits_before_running,
     a_two_party_deadlock_is_detected,
     a_three_party_deadlock_is_detected,
     a_deadlock_across_regions_is_detected,

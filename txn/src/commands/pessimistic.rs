@@ -94,7 +94,7 @@ impl AcquirePessimisticLock {
         self
     }
 
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if self.keys.is_empty() {
             return Err(Error::InvalidRequest {
                 reason: "a pessimistic lock request needs at least one key",

@@ -538,7 +538,10 @@ impl<E: Engine> Storage<E> {
     /// [`LockWaits`]) and runs again, until the timeout (counted from the
     /// first lock met) passes (then it fails with that lock's
     /// `KeyIsLocked`) or waiting would close a cycle (`Deadlock`, at once).
-    /// Without one it runs once.
+    /// A request for one key that another transaction's lock is on waits
+    /// before it first runs, since running would only find that lock (it
+    /// raises `max_ts` all the same when it reads). Without a timeout it
+    /// runs once.
     pub fn acquire_pessimistic_lock(
         &self,
         cmd: AcquirePessimisticLock,
@@ -562,10 +565,14 @@ impl<E: Engine> Storage<E> {
             return self.write(first);
         };
         // Most requests meet no lock: the first goes without watching (or
-        // reading the clock).
-        let mut info = match self.write(first) {
-            Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) => info,
-            other => return other,
+        // reading the clock). One for a key another transaction holds
+        // would only find that lock, so it waits at once instead.
+        let mut info = match self.lock_in_the_way(&first)? {
+            Some(info) => info,
+            None => match self.write(first) {
+                Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) => info,
+                other => return other,
+            },
         };
         let deadline = crate::deadline_after(timeout);
         let cmd = request();
@@ -592,6 +599,50 @@ impl<E: Engine> Storage<E> {
                 other => return other,
             };
         }
+    }
+
+    /// Another transaction's lock on the one key of `cmd`, as the latest
+    /// data say: the lock that running `cmd` would meet and answer with
+    /// `KeyIsLocked`. It then has the effects the command would have had
+    /// (a request that reads raises `max_ts` to its for_update_ts even when
+    /// it meets a lock), without its latches, snapshot and engine reads.
+    /// `None` (the command runs) for a request that would fail otherwise, of
+    /// several keys, or whose key no one else holds.
+    fn lock_in_the_way(
+        &self,
+        cmd: &AcquirePessimisticLock,
+    ) -> Result<Option<Box<percolate_mvcc::LockInfo>>> {
+        let [(key, should_not_exist)] = cmd.keys.as_slice() else {
+            return Ok(None);
+        };
+        if cmd.check().is_err()
+            || self.check_write(cmd, std::slice::from_ref(key)).is_err()
+            || self
+                .concurrency_manager()
+                .check_limit(cmd.start_ts)
+                .is_err()
+            || self
+                .concurrency_manager()
+                .check_limit(cmd.options.for_update_ts)
+                .is_err()
+        {
+            return Ok(None);
+        }
+        let mut reader = MvccReader::new(self.engine().latest());
+        let Ok(Some(lock)) = reader.load_lock(key) else {
+            return Ok(None);
+        };
+        let Ok(raw) = key.to_raw() else {
+            return Ok(None);
+        };
+        if lock.ts == cmd.start_ts {
+            return Ok(None);
+        }
+        if cmd.options.return_value || cmd.options.check_existence || *should_not_exist {
+            self.concurrency_manager()
+                .update_max_ts(cmd.options.for_update_ts)?;
+        }
+        Ok(Some(Box::new(lock.into_lock_info(raw))))
     }
 
     /// Whether the lock of the transaction `lock_ts` is on `key` now, as the
