@@ -657,6 +657,62 @@ fn every_read_waits_out_a_prewrite_in_flight() {
     );
 }
 
+/// What [`meet_a_committing_async_commit`] saw.
+struct Met<T> {
+    db: Db,
+    /// Whether the client waited (its wait setting was not zero).
+    waits: bool,
+    /// What the operation returned.
+    outcome: T,
+    /// Whether the lock's commit had begun when the operation returned.
+    committed_first: bool,
+    /// How many locks the client resolved.
+    resolved: u64,
+}
+
+/// Runs `meet`, with a transaction that begins after its commit point,
+/// against a committing async-commit transaction: `h` = 1 committed, then
+/// an async-commit prewrite of `h` = 2, committed by another thread 100 ms
+/// later. Twice: with the wait `set_wait` sets at 10 s, and at zero (no
+/// wait); `check` judges each.
+fn meet_a_committing_async_commit<T>(
+    set_wait: impl Fn(&mut ClientConfig, Duration),
+    meet: impl Fn(percolate::Transaction) -> T,
+    check: impl Fn(Met<T>),
+) {
+    for wait in [Duration::from_secs(10), Duration::ZERO] {
+        let mut config = ClientConfig::default();
+        set_wait(&mut config, wait);
+        let db = open(config);
+        let client = &db.client;
+        commit(client, &[("h", "1")]);
+        let (start_ts, min_commit_ts) = prewrite_async(client, b"h", b"2", 3000);
+        let txn = client.begin().unwrap();
+        assert!(txn.start_ts() >= min_commit_ts);
+        let committed = AtomicBool::new(false);
+        let (outcome, committed_first) = thread::scope(|scope| {
+            scope.spawn(|| {
+                thread::sleep(Duration::from_millis(100));
+                committed.store(true, Ordering::SeqCst);
+                let storage = client.cluster().region_for(b"h").storage();
+                storage
+                    .commit(vec![Key::from_raw(b"h")], start_ts, min_commit_ts)
+                    .unwrap();
+            });
+            let outcome = meet(txn);
+            (outcome, committed.load(Ordering::SeqCst))
+        });
+        let resolved = resolved(client);
+        check(Met {
+            db,
+            waits: !wait.is_zero(),
+            outcome,
+            committed_first,
+            resolved,
+        });
+    }
+}
+
 /// An async-commit transaction past its prewrite (its commit point) is
 /// committing: a read that meets its lock waits for the commit to remove
 /// it (`ClientConfig::async_commit_read_wait`) rather than resolving it,
@@ -666,39 +722,22 @@ fn every_read_waits_out_a_prewrite_in_flight() {
 /// commit; it reads the same value.
 #[test]
 fn a_read_waits_for_an_async_commit_to_finish() {
-    for wait in [Duration::from_secs(10), Duration::ZERO] {
-        let db = open(ClientConfig {
-            async_commit_read_wait: wait,
-            ..ClientConfig::default()
-        });
-        let client = &db.client;
-        commit(client, &[("h", "1")]);
-        let storage = client.cluster().region_for(b"h").storage();
-        let (start_ts, min_commit_ts) = prewrite_async(client, b"h", b"2", 3000);
-        let reader = client.begin().unwrap();
-        assert!(reader.start_ts() >= min_commit_ts);
-        let committed = AtomicBool::new(false);
-        thread::scope(|scope| {
-            scope.spawn(|| {
-                thread::sleep(Duration::from_millis(100));
-                committed.store(true, Ordering::SeqCst);
-                storage
-                    .commit(vec![Key::from_raw(b"h")], start_ts, min_commit_ts)
-                    .unwrap();
-            });
-            assert_eq!(reader.get(b"h").unwrap(), Some(b"2".to_vec()));
-            assert!(committed.load(Ordering::SeqCst), "read before the commit");
-        });
-        let resolved = resolved(client);
-        if wait.is_zero() {
-            assert!(resolved > 0, "the lock was not resolved");
-        } else {
-            assert_eq!(
-                resolved, 0,
-                "the reader resolved the lock instead of waiting"
-            );
-        }
-    }
+    meet_a_committing_async_commit(
+        |config, wait| config.async_commit_read_wait = wait,
+        |reader| reader.get(b"h").unwrap(),
+        |met| {
+            assert_eq!(met.outcome, Some(b"2".to_vec()));
+            assert!(met.committed_first, "read before the commit");
+            if met.waits {
+                assert_eq!(
+                    met.resolved, 0,
+                    "the reader resolved the lock instead of waiting"
+                );
+            } else {
+                assert!(met.resolved > 0, "the lock was not resolved");
+            }
+        },
+    );
 }
 
 /// An async-commit lock of a prewrite that committed at or below a
@@ -708,44 +747,29 @@ fn a_read_waits_for_an_async_commit_to_finish() {
 /// finds its (older) transaction alive, and gives way with `KeyIsLocked`.
 #[test]
 fn a_commit_waits_for_an_async_commit_below_its_start_ts() {
-    for wait in [Duration::from_secs(10), Duration::ZERO] {
-        let db = open(ClientConfig {
-            async_commit_prewrite_wait: wait,
-            ..ClientConfig::default()
-        });
-        let client = &db.client;
-        commit(client, &[("h", "1")]);
-        let (start_ts, min_commit_ts) = prewrite_async(client, b"h", b"2", 3000);
-        let mut writer = client.begin().unwrap();
-        assert!(writer.start_ts() >= min_commit_ts);
-        writer.put(b"h", b"3");
-        let committed = AtomicBool::new(false);
-        let outcome = thread::scope(|scope| {
-            scope.spawn(|| {
-                thread::sleep(Duration::from_millis(100));
-                committed.store(true, Ordering::SeqCst);
-                let storage = client.cluster().region_for(b"h").storage();
-                storage
-                    .commit(vec![Key::from_raw(b"h")], start_ts, min_commit_ts)
-                    .unwrap();
-            });
+    meet_a_committing_async_commit(
+        |config, wait| config.async_commit_prewrite_wait = wait,
+        |mut writer| {
+            writer.put(b"h", b"3");
             writer.commit()
-        });
-        let resolved = resolved(client);
-        if wait.is_zero() {
-            assert!(is_locked(&outcome), "{outcome:?}");
-            assert!(resolved > 0, "the lock was not resolved");
-            assert_eq!(client.get_latest(b"h").unwrap(), Some(b"2".to_vec()));
-        } else {
-            assert!(outcome.is_ok(), "{outcome:?}");
-            assert!(
-                committed.load(Ordering::SeqCst),
-                "committed before the lock went"
-            );
-            assert_eq!(resolved, 0, "the lock was resolved instead of waited for");
-            assert_eq!(client.get_latest(b"h").unwrap(), Some(b"3".to_vec()));
-        }
-    }
+        },
+        |met| {
+            let (outcome, client) = (&met.outcome, &met.db.client);
+            if met.waits {
+                assert!(outcome.is_ok(), "{outcome:?}");
+                assert!(met.committed_first, "committed before the lock went");
+                assert_eq!(
+                    met.resolved, 0,
+                    "the lock was resolved instead of waited for"
+                );
+                assert_eq!(client.get_latest(b"h").unwrap(), Some(b"3".to_vec()));
+            } else {
+                assert!(is_locked(outcome), "{outcome:?}");
+                assert!(met.resolved > 0, "the lock was not resolved");
+                assert_eq!(client.get_latest(b"h").unwrap(), Some(b"2".to_vec()));
+            }
+        },
+    );
 }
 
 /// An async-commit lock whose transaction commits above a writer's
