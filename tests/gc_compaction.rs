@@ -26,6 +26,15 @@ fn manual_gc() -> AutoGcConfig {
     }
 }
 
+/// Automatic GC in the background every `interval`, with no life time.
+fn background_gc(interval: Duration) -> AutoGcConfig {
+    AutoGcConfig {
+        enabled: true,
+        life_time: Duration::ZERO,
+        interval,
+    }
+}
+
 fn open(dir: &std::path::Path, gc: AutoGcConfig) -> Client {
     Client::open_with(
         dir,
@@ -371,11 +380,7 @@ fn the_safe_point_survives_a_reopen() {
 #[test]
 fn the_background_thread_advances_the_safe_point_and_stops_with_the_client() {
     let dir = tempfile::tempdir().unwrap();
-    let gc = AutoGcConfig {
-        enabled: true,
-        life_time: Duration::ZERO,
-        interval: Duration::from_millis(20),
-    };
+    let gc = background_gc(Duration::from_millis(20));
     {
         let client = open(dir.path(), gc.clone());
         let commit_ts = put(&client, b"k", b"v");
@@ -516,4 +521,21 @@ fn gc_disk_size_of_an_update_heavy_run() {
         with_compacted as f64 / without_compacted as f64
     );
     assert!(with_compacted < without_compacted);
+}
+
+/// The last handle's drop waits out a round in flight: with rounds back to
+/// back, a client dropped and its directory opened again at once, many
+/// times, never finds the directory still locked.
+#[test]
+fn a_dropped_client_frees_its_directory_even_mid_round() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..50 {
+        let client = open(dir.path(), background_gc(Duration::from_micros(1)));
+        put(&client, b"k", round.to_string().as_bytes());
+        let copy = client.clone();
+        drop(client);
+        // Another handle keeps the background thread going.
+        put(&copy, b"k", b"again");
+        drop(copy);
+    }
 }

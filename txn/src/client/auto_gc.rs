@@ -254,7 +254,6 @@ pub(crate) struct AutoGc {
     /// Held by a round: one at a time.
     round: Mutex<()>,
     stop: Arc<Stop>,
-    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// Tells the background thread to stop, and wakes it.
@@ -262,6 +261,51 @@ pub(crate) struct AutoGc {
 struct Stop {
     stopped: Mutex<bool>,
     wake: Condvar,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Stop {
+    /// Stops the background thread and waits for it to end (a round in
+    /// flight finishes first), unless called on that thread.
+    fn halt(&self) {
+        *self.stopped.lock() = true;
+        self.wake.notify_all();
+        let thread = self.thread.lock().take();
+        if let Some(thread) = thread {
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// Shared by a client's [`Client`] handles: when the last of them is
+/// dropped, the background thread is stopped and joined before the drop
+/// returns. The thread holds the client only during a round, but a round
+/// in flight when the user's last handle goes would otherwise hold the
+/// last reference and drop the client (its engine, its directory lock)
+/// later, on the GC thread: a reopen of the directory right after the drop
+/// would find it still locked.
+pub(crate) struct Handles(Option<Arc<Stop>>);
+
+impl Handles {
+    /// The handles of `client`'s users: their last stops its GC thread.
+    pub(crate) fn of<E: Engine>(client: &Inner<E>) -> Arc<Self> {
+        Arc::new(Handles(Some(client.auto_gc.stop.clone())))
+    }
+
+    /// For the GC thread's own handle, which stops nothing.
+    fn none() -> Arc<Self> {
+        Arc::new(Handles(None))
+    }
+}
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        if let Some(stop) = &self.0 {
+            stop.halt();
+        }
+    }
 }
 
 impl AutoGc {
@@ -271,7 +315,6 @@ impl AutoGc {
             safe_point: AtomicU64::new(0),
             round: Mutex::new(()),
             stop: Arc::default(),
-            thread: Mutex::new(None),
         }
     }
 
@@ -282,8 +325,9 @@ impl AutoGc {
     }
 
     /// Starts the background thread of `client` if its configuration asks
-    /// for it. It holds the client weakly, and stops when the client is
-    /// dropped.
+    /// for it. It holds the client weakly (strongly during a round), and
+    /// is stopped and joined when the last [`Client`] handle is dropped
+    /// (see [`Handles`]).
     pub(crate) fn start<E: Engine>(client: &Arc<Inner<E>>) {
         let config = &client.config.gc;
         if !config.enabled || client.read_only.is_some() {
@@ -298,22 +342,16 @@ impl AutoGc {
             .name("percolate-gc".into())
             .spawn(move || run(&weak, &stop, interval))
             .expect("spawning the GC thread");
-        *client.auto_gc.thread.lock() = Some(thread);
+        *client.auto_gc.stop.thread.lock() = Some(thread);
     }
 }
 
 impl Drop for AutoGc {
     fn drop(&mut self) {
-        *self.stop.stopped.lock() = true;
-        self.stop.wake.notify_all();
-        let thread = self.thread.lock().take();
-        if let Some(thread) = thread {
-            // The thread itself drops the client when a round held the
-            // last handle.
-            if thread.thread().id() != std::thread::current().id() {
-                let _ = thread.join();
-            }
-        }
+        // Usually stopped already by the last `Client` handle; otherwise
+        // (transactions outlived it) here, on the thread that drops the
+        // client last, which may be the GC thread itself.
+        self.stop.halt();
     }
 }
 
@@ -334,7 +372,11 @@ fn run<E: Engine>(client: &Weak<Inner<E>>, stop: &Stop, interval: Duration) {
         };
         // A failed round (a live lock, an I/O error) is tried again at the
         // next one.
-        let _ = Client { inner }.gc_once();
+        let client = Client {
+            handles: Handles::none(),
+            inner,
+        };
+        let _ = client.gc_once();
     }
 }
 

@@ -237,13 +237,27 @@ pub struct OpenOptions {
 /// A handle on a set of regions and a timestamp oracle. Cheap to clone;
 /// share it between threads.
 pub struct Client<E: Engine = RocksEngine> {
+    /// Dropped first: the last handle stops the GC thread, so that the
+    /// client goes with it (see [`auto_gc::Handles`]).
+    handles: Arc<auto_gc::Handles>,
     inner: Arc<Inner<E>>,
 }
 
 impl<E: Engine> Clone for Client<E> {
     fn clone(&self) -> Self {
         Client {
+            handles: self.handles.clone(),
             inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<E: Engine> Client<E> {
+    /// The first handle on `inner`.
+    fn from_inner(inner: Arc<Inner<E>>) -> Self {
+        Client {
+            handles: auto_gc::Handles::of(&inner),
+            inner,
         }
     }
 }
@@ -370,7 +384,7 @@ impl Client<RocksEngine> {
             None,
             Some(dir.to_path_buf()),
         );
-        Ok(Client { inner })
+        Ok(Client::from_inner(inner))
     }
 
     /// What the open dropped from a damaged write-ahead log, when the
@@ -507,7 +521,7 @@ impl<E: Engine> Client<E> {
         if owns_its_data {
             auto_gc::AutoGc::start(&inner);
         }
-        Client { inner }
+        Client::from_inner(inner)
     }
 
     /// Fails with [`Error::ReadOnly`] on a client from
