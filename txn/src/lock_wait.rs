@@ -30,6 +30,15 @@
 //! no transaction of a deadlock waits out its timeout. Edges exist only
 //! while their transaction waits.
 //!
+//! **Sharding.** The watched keys are spread over 64 shards by
+//! hash, each behind its own mutex (and its waiters sleep on it): a commit
+//! that reports its released keys, and a request that watches its keys,
+//! lock only the shards of those keys, so requests on different hot keys
+//! do not queue behind one mutex. The wait-for graph has a mutex of its
+//! own, taken only by a request that is about to wait (to look for a cycle
+//! and add its edge in one step) and when its wait ends; it is always taken
+//! after a shard's, never before.
+//!
 //! **Unlike TiKV**, a woken request runs again rather than failing: TiKV
 //! answers a woken (non-resumable) waiter with a `PessimisticRetry` write
 //! conflict naming the released lock, and its client retries the statement.
@@ -40,9 +49,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use percolate_engine::{Cf, Modify, WriteBatch};
 use percolate_mvcc::{Key, TimeStamp};
@@ -99,17 +109,30 @@ struct Inner {
     /// Live [`WatchTicket`]s: writers report released keys only while
     /// there are some.
     watchers: AtomicUsize,
-    state: Mutex<State>,
+    /// The watched keys, by [`shard_of`] their hash.
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    /// The wait-for graph: the edges of each waiting transaction. Taken
+    /// after a shard's mutex, never before.
+    graph: Mutex<HashMap<TimeStamp, Vec<WaitForEntry>>>,
+    next_waiter: AtomicU64,
     wake_up_delay: Duration,
 }
 
+/// How many shards the watched keys are spread over: a power of two.
+const SHARDS: usize = 64;
+
+/// The shard of the key whose hash is `hash`.
+fn shard_of(hash: u64) -> usize {
+    // FNV-1a's high bits are its best mixed; the shard's own map hashes
+    // the whole value again.
+    (hash >> 58) as usize % SHARDS
+}
+
+/// One shard of the watched keys.
 #[derive(Default)]
-struct State {
+struct Shard {
     /// Watched keys by hash.
     keys: HashMap<u64, Watched>,
-    /// The wait-for graph: the edges of each waiting transaction.
-    edges: HashMap<TimeStamp, Vec<WaitForEntry>>,
-    next_waiter: u64,
 }
 
 #[derive(Default)]
@@ -129,7 +152,7 @@ struct Waiter {
     reader: bool,
     /// Set by a release: when the waiter may run again.
     wake_at: Option<Instant>,
-    /// What it sleeps on (with the state's mutex), so that a release
+    /// What it sleeps on (with its shard's mutex), so that a release
     /// wakes the one waiter it lets run, not every waiter of the key.
     /// Shared: the entry moves when the table grows.
     wake: Arc<Condvar>,
@@ -151,10 +174,11 @@ impl Eq for LockWaits {}
 
 impl std::fmt::Debug for LockWaits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = self.inner.state.lock();
+        let watched_keys: usize = self.inner.shards.iter().map(|s| s.lock().keys.len()).sum();
+        let waiting_txns = self.inner.graph.lock().len();
         f.debug_struct("LockWaits")
-            .field("watched_keys", &state.keys.len())
-            .field("waiting_txns", &state.edges.len())
+            .field("watched_keys", &watched_keys)
+            .field("waiting_txns", &waiting_txns)
             .field("wake_up_delay", &self.inner.wake_up_delay)
             .finish()
     }
@@ -188,7 +212,9 @@ impl LockWaits {
         LockWaits {
             inner: Arc::new(Inner {
                 watchers: AtomicUsize::new(0),
-                state: Mutex::new(State::default()),
+                shards: (0..SHARDS).map(|_| CachePadded::default()).collect(),
+                graph: Mutex::default(),
+                next_waiter: AtomicU64::new(0),
                 wake_up_delay: wake_up_delay.min(Duration::from_secs(24 * 3600)),
             }),
         }
@@ -206,12 +232,14 @@ impl LockWaits {
         // Counted before the keys are read: a writer that deletes a lock
         // after that read checks this count after its write and reports.
         self.inner.watchers.fetch_add(1, Ordering::SeqCst);
-        let mut state = self.inner.state.lock();
+        // Key by key: each key's release count is its own, so the keys of
+        // one request need not be watched under one mutex.
         let seen = keys
             .iter()
             .map(|key| {
                 let hash = key_hash(key);
-                let watched = state.keys.entry(hash).or_default();
+                let mut shard = self.inner.shard(hash);
+                let watched = shard.keys.entry(hash).or_default();
                 watched.tickets += 1;
                 (hash, watched.releases)
             })
@@ -232,10 +260,10 @@ impl LockWaits {
     pub(crate) fn release(&self, hashes: &[u64]) {
         let now = Instant::now();
         let later = now + self.inner.wake_up_delay;
-        let mut state = self.inner.state.lock();
         let mut woken: Vec<Arc<Condvar>> = Vec::new();
         for hash in hashes {
-            let Some(watched) = state.keys.get_mut(hash) else {
+            let mut shard = self.inner.shard(*hash);
+            let Some(watched) = shard.keys.get_mut(hash) else {
                 continue;
             };
             watched.releases += 1;
@@ -257,7 +285,6 @@ impl LockWaits {
                 waiter.wake_at = Some(waiter.wake_at.map_or(at, |before| before.min(at)));
             }
         }
-        drop(state);
         for wake in woken {
             wake.notify_all();
         }
@@ -294,8 +321,8 @@ impl LockWaits {
         };
         let deadline = crate::deadline_after(timeout);
         let raw = key.to_raw().unwrap_or_else(|_| key.as_encoded().clone());
-        let mut state = self.inner.state.lock();
-        if state.keys.get(&hash).map_or(seen, |w| w.releases) != seen {
+        let mut shard = self.inner.shard(hash);
+        if shard.keys.get(&hash).map_or(seen, |w| w.releases) != seen {
             return Ok(WaitOutcome::Released);
         }
         let edge = WaitForEntry {
@@ -304,7 +331,11 @@ impl LockWaits {
             key_hash: hash,
             key: raw.clone(),
         };
-        if let Some(mut chain) = state.cycle_through(&edge) {
+        // The cycle is looked for and the edge added under one lock of the
+        // graph: of two requests that would close a cycle together, the
+        // second finds the first's edge.
+        let mut graph = self.inner.graph.lock();
+        if let Some(mut chain) = cycle_through(&graph, &edge) {
             // The key on which the last waiter waits for this transaction.
             let deadlock_key_hash = chain.last().map_or(hash, |e| e.key_hash);
             chain.push(edge);
@@ -316,9 +347,27 @@ impl LockWaits {
                 wait_chain: chain,
             });
         }
-        let id = state.add_waiter(edge);
-        let outcome = self.sleep(&mut state, hash, id, deadline);
-        state.remove_waiter(start_ts, lock_ts, hash, id);
+        let id = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
+        graph.entry(start_ts).or_default().push(edge);
+        drop(graph);
+        shard.add_waiter(hash, id, start_ts, false);
+        let outcome = self.sleep(&mut shard, hash, id, deadline);
+        // The edge goes first, still under the shard's mutex: no request
+        // finds it once the waiter is gone.
+        let mut graph = self.inner.graph.lock();
+        if let Some(edges) = graph.get_mut(&start_ts) {
+            if let Some(at) = edges
+                .iter()
+                .position(|e| e.wait_for_txn == lock_ts && e.key_hash == hash)
+            {
+                edges.swap_remove(at);
+            }
+            if edges.is_empty() {
+                graph.remove(&start_ts);
+            }
+        }
+        drop(graph);
+        shard.remove_waiter(hash, id);
         Ok(outcome)
     }
 
@@ -341,28 +390,14 @@ impl LockWaits {
             return WaitOutcome::Released;
         };
         let deadline = crate::deadline_after(timeout);
-        let mut state = self.inner.state.lock();
-        if state.keys.get(&hash).map_or(seen, |w| w.releases) != seen {
+        let mut shard = self.inner.shard(hash);
+        if shard.keys.get(&hash).map_or(seen, |w| w.releases) != seen {
             return WaitOutcome::Released;
         }
-        let id = state.next_waiter;
-        state.next_waiter += 1;
-        state
-            .keys
-            .get_mut(&hash)
-            .expect("a ticket keeps its keys watched")
-            .waiters
-            .push(Waiter {
-                id,
-                start_ts: TimeStamp::zero(),
-                reader: true,
-                wake_at: None,
-                wake: Arc::default(),
-            });
-        let outcome = self.sleep(&mut state, hash, id, deadline);
-        if let Some(watched) = state.keys.get_mut(&hash) {
-            watched.waiters.retain(|w| w.id != id);
-        }
+        let id = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
+        shard.add_waiter(hash, id, TimeStamp::zero(), true);
+        let outcome = self.sleep(&mut shard, hash, id, deadline);
+        shard.remove_waiter(hash, id);
         outcome
     }
 
@@ -370,7 +405,7 @@ impl LockWaits {
     /// or `deadline` passes.
     fn sleep(
         &self,
-        state: &mut MutexGuard<'_, State>,
+        state: &mut MutexGuard<'_, Shard>,
         hash: u64,
         id: u64,
         deadline: Instant,
@@ -401,19 +436,22 @@ impl LockWaits {
 
     /// The wait-for edges now, for tests and diagnostics.
     pub fn wait_for_edges(&self) -> Vec<WaitForEntry> {
-        let state = self.inner.state.lock();
-        state.edges.values().flatten().cloned().collect()
+        let graph = self.inner.graph.lock();
+        graph.values().flatten().cloned().collect()
     }
 }
 
-impl State {
-    /// Adds `edge` to the wait-for graph and its transaction to the
-    /// waiters of the key; returns the waiter's id.
-    fn add_waiter(&mut self, edge: WaitForEntry) -> u64 {
-        let id = self.next_waiter;
-        self.next_waiter += 1;
-        let (hash, start_ts) = (edge.key_hash, edge.txn);
-        self.edges.entry(start_ts).or_default().push(edge);
+impl Inner {
+    /// The shard of the key whose hash is `hash`, locked.
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+        self.shards[shard_of(hash)].lock()
+    }
+}
+
+impl Shard {
+    /// Adds the waiter `id` (of the transaction `start_ts`, or a reader)
+    /// to the key `hash`, which a ticket watches.
+    fn add_waiter(&mut self, hash: u64, id: u64, start_ts: TimeStamp, reader: bool) {
         self.keys
             .get_mut(&hash)
             .expect("a ticket keeps its keys watched")
@@ -421,74 +459,63 @@ impl State {
             .push(Waiter {
                 id,
                 start_ts,
-                reader: false,
+                reader,
                 wake_at: None,
                 wake: Arc::default(),
             });
-        id
     }
 
-    /// Takes the waiter `id` of the transaction `start_ts` off the key
-    /// `hash`, and its edge to `lock_ts` out of the graph.
-    fn remove_waiter(&mut self, start_ts: TimeStamp, lock_ts: TimeStamp, hash: u64, id: u64) {
+    /// Takes the waiter `id` off the key `hash`.
+    fn remove_waiter(&mut self, hash: u64, id: u64) {
         if let Some(watched) = self.keys.get_mut(&hash) {
             watched.waiters.retain(|w| w.id != id);
         }
-        if let Some(edges) = self.edges.get_mut(&start_ts) {
-            if let Some(at) = edges
-                .iter()
-                .position(|e| e.wait_for_txn == lock_ts && e.key_hash == hash)
-            {
-                edges.swap_remove(at);
-            }
-            if edges.is_empty() {
-                self.edges.remove(&start_ts);
-            }
-        }
     }
+}
 
-    /// The path of waiting edges from `edge`'s `wait_for_txn` back to its
-    /// `txn`, if there is one: the cycle `edge` would close, less `edge`.
-    fn cycle_through(&self, edge: &WaitForEntry) -> Option<Vec<WaitForEntry>> {
-        // Depth-first from the lock owner, remembering the path.
-        let mut visited = HashSet::new();
-        let mut path: Vec<&WaitForEntry> = Vec::new();
-        let mut stack: Vec<(usize, &WaitForEntry)> = self
-            .edges
-            .get(&edge.wait_for_txn)
-            .into_iter()
-            .flatten()
-            .map(|e| (0, e))
-            .collect();
-        visited.insert(edge.wait_for_txn);
-        while let Some((depth, next)) = stack.pop() {
-            path.truncate(depth);
-            path.push(next);
-            if next.wait_for_txn == edge.txn {
-                return Some(path.into_iter().cloned().collect());
-            }
-            if visited.insert(next.wait_for_txn) {
-                for further in self.edges.get(&next.wait_for_txn).into_iter().flatten() {
-                    stack.push((depth + 1, further));
-                }
+/// The path of waiting edges in `graph` from `edge`'s `wait_for_txn` back
+/// to its `txn`, if there is one: the cycle `edge` would close, less
+/// `edge`.
+fn cycle_through(
+    graph: &HashMap<TimeStamp, Vec<WaitForEntry>>,
+    edge: &WaitForEntry,
+) -> Option<Vec<WaitForEntry>> {
+    // Depth-first from the lock owner, remembering the path.
+    let mut visited = HashSet::new();
+    let mut path: Vec<&WaitForEntry> = Vec::new();
+    let mut stack: Vec<(usize, &WaitForEntry)> = graph
+        .get(&edge.wait_for_txn)
+        .into_iter()
+        .flatten()
+        .map(|e| (0, e))
+        .collect();
+    visited.insert(edge.wait_for_txn);
+    while let Some((depth, next)) = stack.pop() {
+        path.truncate(depth);
+        path.push(next);
+        if next.wait_for_txn == edge.txn {
+            return Some(path.into_iter().cloned().collect());
+        }
+        if visited.insert(next.wait_for_txn) {
+            for further in graph.get(&next.wait_for_txn).into_iter().flatten() {
+                stack.push((depth + 1, further));
             }
         }
-        None
     }
+    None
 }
 
 impl Drop for WatchTicket {
     fn drop(&mut self) {
-        let mut state = self.waits.inner.state.lock();
         for (hash, _) in &self.seen {
-            if let Some(watched) = state.keys.get_mut(hash) {
+            let mut shard = self.waits.inner.shard(*hash);
+            if let Some(watched) = shard.keys.get_mut(hash) {
                 watched.tickets -= 1;
                 if watched.tickets == 0 {
-                    state.keys.remove(hash);
+                    shard.keys.remove(hash);
                 }
             }
         }
-        drop(state);
         self.waits.inner.watchers.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -683,4 +710,75 @@ mod tests {
         assert_eq!(first.join().unwrap().unwrap(), WaitOutcome::Released);
         assert_eq!(second.join().unwrap().unwrap(), WaitOutcome::Released);
     }
+
+    /// Two keys in different shards: a cycle through both is still found
+    /// (the graph is one, whatever the shards), and a release of one key
+    /// wakes its waiter only.
+    #[test]
+    fn a_cycle_across_shards_is_found_and_releases_stay_in_their_shard() {
+        let (a, b) = (k(b"a"), k(b"b"));
+        assert_ne!(shard_of(key_hash(&a)), shard_of(key_hash(&b)));
+        let waits = LockWaits::new(Duration::from_secs(60));
+        let ticket_a = waits.watch(std::slice::from_ref(&a));
+        let first = {
+            let (waits, a) = (waits.clone(), a.clone());
+            thread::spawn(move || waits.wait(&ticket_a, ts(10), &a, ts(20), Duration::from_secs(60)))
+        };
+        while waits.wait_for_edges().is_empty() {
+            thread::yield_now();
+        }
+        let ticket_b = waits.watch(std::slice::from_ref(&b));
+        let err = waits
+            .wait(&ticket_b, ts(20), &b, ts(10), Duration::from_secs(60))
+            .unwrap_err();
+        assert!(matches!(err, Error::Deadlock { start_ts, lock_ts, .. }
+            if start_ts == ts(20) && lock_ts == ts(10)), "{err}");
+        // b's release does not reach a's waiter; a's does.
+        waits.release(&[key_hash(&b)]);
+        thread::sleep(Duration::from_millis(20));
+        assert!(!first.is_finished());
+        waits.release(&[key_hash(&a)]);
+        assert_eq!(first.join().unwrap().unwrap(), WaitOutcome::Released);
+        assert!(waits.wait_for_edges().is_empty());
+    }
+
+    /// Many waiters on many keys, released from other threads while they
+    /// come and go: every wait ends by its release (the wake-up delay is
+    /// far longer than the test), none is lost between the shards.
+    #[test]
+    fn concurrent_waits_and_releases_over_many_keys_lose_no_wake_up() {
+        let waits = LockWaits::new(Duration::from_secs(600));
+        let keys: Vec<Key> = (0..200u32).map(|i| k(&i.to_be_bytes())).collect();
+        let waiters: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let (waits, key) = (waits.clone(), key.clone());
+                let ticket = waits.watch(std::slice::from_ref(&key));
+                thread::spawn(move || {
+                    waits.wait(&ticket, ts(1000 + i as u64), &key, ts(1), Duration::from_secs(60))
+                })
+            })
+            .collect();
+        let releasers: Vec<_> = (0..4)
+            .map(|r| {
+                let waits = waits.clone();
+                let hashes: Vec<u64> = keys.iter().skip(r).step_by(4).map(key_hash).collect();
+                thread::spawn(move || {
+                    for hash in hashes {
+                        waits.release(&[hash]);
+                    }
+                })
+            })
+            .collect();
+        for releaser in releasers {
+            releaser.join().unwrap();
+        }
+        for waiter in waiters {
+            assert_eq!(waiter.join().unwrap().unwrap(), WaitOutcome::Released);
+        }
+        assert!(waits.wait_for_edges().is_empty());
+        assert!(!waits.has_watchers());
+    }
+
 }
