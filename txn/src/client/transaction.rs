@@ -802,19 +802,21 @@ impl<'a, E: Engine> Committer<'a, E> {
     fn send_prewrites(&self, indexes: Vec<usize>) -> Vec<(usize, Pending<PrewriteResult>)> {
         let parallel = self.prewrites_in_parallel();
         if !parallel && indexes.len() > 1 {
-            // All on this thread: as one engine write.
+            // All on this thread: as one engine write, the batches'
+            // mutations lent, not copied.
             let regions = self.client.cluster.regions();
+            let shape = self.shape();
             let parts = indexes
                 .iter()
                 .map(|&i| {
                     let batch = &self.batches[i];
                     (
                         regions[batch.region].storage(),
-                        self.prewrite_command(batch),
+                        shape.request(&batch.mutations, &batch.notify),
                     )
                 })
                 .collect();
-            let answers = Storage::write_joint(parts, self.command_options());
+            let answers = Storage::prewrite_joint_in_place(parts, self.command_options());
             return indexes
                 .into_iter()
                 .zip(answers)

@@ -388,29 +388,39 @@ impl<E: Engine> Scheduler<E> {
     /// for latches there, where no other latch is held). Latches are taken
     /// in `parts` order without waiting, so joint runs never wait for each
     /// other.
-    pub(crate) fn run_joint<T, F>(parts: Vec<(&Self, &[Key], F)>) -> std::result::Result<Vec<Result<T>>, Vec<F>>
+    pub(crate) fn run_joint<'k, T, F, K>(
+        parts: Vec<(&Self, K, F)>,
+    ) -> std::result::Result<Vec<Result<T>>, Vec<F>>
     where
         F: for<'a> FnOnce(JobInput<'a, E>) -> (Finish, Result<T>),
+        K: IntoIterator<Item = &'k Key>,
     {
         let mut held: Vec<(&Arc<Inner<E>>, CommandId, latches::Lock)> = Vec::new();
-        for (scheduler, keys, _) in &parts {
+        let mut jobs = Vec::with_capacity(parts.len());
+        let mut refused = false;
+        for (scheduler, keys, job) in parts {
+            jobs.push(job);
+            if refused {
+                continue;
+            }
             let inner = &scheduler.inner;
             let taken = inner.admit().is_ok() && {
                 let cid = next_cid();
-                let mut lock = inner.latches.gen_lock(keys.iter().map(Key::as_encoded));
+                let mut lock = inner.latches.gen_lock(keys.into_iter().map(Key::as_encoded));
                 let acquired = inner.latches.acquire(&mut lock, cid);
                 held.push((inner, cid, lock));
                 acquired
             };
-            if !taken {
-                for (inner, cid, lock) in held {
-                    inner.release(cid, &lock);
-                }
-                return Err(parts.into_iter().map(|(_, _, job)| job).collect());
-            }
+            refused = !taken;
         }
-        let mut runs = Vec::with_capacity(parts.len());
-        for ((_, _, job), (inner, ..)) in parts.into_iter().zip(&held) {
+        if refused {
+            for (inner, cid, lock) in held {
+                inner.release(cid, &lock);
+            }
+            return Err(jobs);
+        }
+        let mut runs = Vec::with_capacity(jobs.len());
+        for (job, (inner, ..)) in jobs.into_iter().zip(&held) {
             runs.push(match inner.run_job(None, job) {
                 Some(((finish, output), Ok(()))) => (finish, output),
                 Some(((_, _), Err(e))) => (Finish::default(), Err(e)),

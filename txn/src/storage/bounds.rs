@@ -56,7 +56,7 @@ impl Bounds {
         }
     }
 
-    fn check_key(&self, key: &Key) -> Result<()> {
+    pub(crate) fn check_key(&self, key: &Key) -> Result<()> {
         let inside = *key >= self.start && self.end.as_ref().is_none_or(|end| key < end);
         if inside {
             return Ok(());

@@ -38,7 +38,7 @@ use crate::actions::acquire_pessimistic_lock::PessimisticLockKeyResult;
 use crate::actions::check_txn_status::CheckTxnStatusOptions;
 use crate::actions::gc::GcInfo;
 use crate::actions::mvcc_by_key::MvccInfo;
-use crate::actions::prewrite::PrewriteResult;
+use crate::actions::prewrite::{Mutation, PrewriteResult};
 use crate::actions::{ReleasedLock, TxnStatus};
 use crate::commands::PrewriteRef;
 use crate::commands::{
@@ -370,6 +370,97 @@ impl<E: Engine> Storage<E> {
         answer
     }
 
+    /// Prewrites on several storages that share one engine, as
+    /// [`write_joint`](Self::write_joint) runs [`Prewrite`](crate::commands::Prewrite)s,
+    /// over mutations it borrows (see
+    /// [`prewrite_in_place`](Self::prewrite_in_place)): one engine write
+    /// for all, or one by one when a latch is taken.
+    pub(crate) fn prewrite_joint_in_place(
+        parts: Vec<(&Self, PrewriteRef<'_>)>,
+        options: CommandOptions,
+    ) -> Vec<Result<PrewriteResult>> {
+        // Outside its region, a part fails on its own (there).
+        let checked = parts
+            .iter()
+            .all(|(storage, request)| match &storage.bounds {
+                Some(bounds) => request
+                    .mutations
+                    .iter()
+                    .all(|m| bounds.check_key(&m.key).is_ok()),
+                None => true,
+            });
+        if !checked || parts.len() < 2 {
+            return parts
+                .into_iter()
+                .map(|(storage, request)| storage.prewrite_in_place(request, options))
+                .collect();
+        }
+        let durability = options.durability;
+        let parts = parts
+            .into_iter()
+            .map(|(storage, request)| {
+                let keys = request.mutations.iter().map(mutation_key);
+                let job = move |input: JobInput<'_, E>| {
+                    finish_write(
+                        match input {
+                            JobInput::Run { engine, cm } => request.process(WriteContext {
+                                snapshot: engine.latest(),
+                                cm,
+                            }),
+                            JobInput::Abort(e) => Err(e),
+                        },
+                        durability,
+                    )
+                };
+                (storage, keys, job)
+            })
+            .collect();
+        Self::run_jointly(parts, crate::metrics::CommandKind::Prewrite, options)
+    }
+
+    /// Runs one job per storage (each latched on its keys) as one engine
+    /// write ([`Scheduler::run_joint`]), or one after another where a latch
+    /// is taken or a storage is too busy; records each answer as a command
+    /// of `kind`.
+    fn run_jointly<'k, T, F, K>(
+        parts: Vec<(&Self, K, F)>,
+        kind: crate::metrics::CommandKind,
+        options: CommandOptions,
+    ) -> Vec<Result<T>>
+    where
+        T: Send + 'static,
+        F: for<'a> FnOnce(JobInput<'a, E>) -> (Finish, Result<T>),
+        K: IntoIterator<Item = &'k Key> + Clone,
+    {
+        let start = parts[0].0.metrics.start();
+        let storages: Vec<(&Self, K)> = parts
+            .iter()
+            .map(|(storage, keys, _)| (*storage, keys.clone()))
+            .collect();
+        let jobs = parts
+            .into_iter()
+            .map(|(storage, keys, job)| (&storage.scheduler, keys, job))
+            .collect();
+        let answers = match Scheduler::run_joint(jobs) {
+            Ok(answers) => answers,
+            Err(jobs) => storages
+                .iter()
+                .zip(jobs)
+                .map(|((storage, keys), job)| {
+                    storage
+                        .scheduler
+                        .run_inline(keys.clone(), options.wait_limit(), job)
+                })
+                .collect(),
+        };
+        for ((storage, _), answer) in storages.iter().zip(&answers) {
+            if !matches!(answer, Err(Error::SchedTooBusy { .. })) {
+                storage.metrics.command(kind, start, answer.is_ok());
+            }
+        }
+        answers
+    }
+
     /// Runs one write command on each of several storages that share
     /// **one engine** (regions of one [`Cluster`](crate::cluster::Cluster)),
     /// on the calling thread, with one engine write for all of them: each
@@ -392,36 +483,16 @@ impl<E: Engine> Storage<E> {
                 .map(|(storage, cmd)| storage.write_with(cmd, options))
                 .collect();
         }
-        let start = parts[0].0.metrics.start();
         let durability = options.durability;
-        let storages: Vec<&Self> = parts.iter().map(|(storage, _)| *storage).collect();
-        let jobs = parts
+        let parts = parts
             .into_iter()
             .zip(&keys)
             .map(|((storage, cmd), keys)| {
                 let job = move |input: JobInput<'_, E>| process_write(cmd, durability, input);
-                (&storage.scheduler, keys.as_slice(), job)
+                (storage, keys.iter(), job)
             })
             .collect();
-        let answers = match Scheduler::run_joint(jobs) {
-            Ok(answers) => answers,
-            Err(jobs) => storages
-                .iter()
-                .zip(&keys)
-                .zip(jobs)
-                .map(|((storage, keys), job)| {
-                    storage
-                        .scheduler
-                        .run_inline(keys, options.wait_limit(), job)
-                })
-                .collect(),
-        };
-        for (storage, answer) in storages.iter().zip(&answers) {
-            if !matches!(answer, Err(Error::SchedTooBusy { .. })) {
-                storage.metrics.command(C::KIND, start, answer.is_ok());
-            }
-        }
-        answers
+        Self::run_jointly(parts, C::KIND, options)
     }
 
     /// Starts bringing into the CPU's caches what a write command on
@@ -982,6 +1053,11 @@ fn process_write<C: WriteCommand, E: Engine>(
 
 /// What a processed write command leaves the scheduler to write, and its
 /// answer once written.
+/// The key of a mutation: what a prewrite latches.
+fn mutation_key(mutation: &Mutation) -> &Key {
+    &mutation.key
+}
+
 fn finish_write<T>(
     processed: Result<WriteResult<T>>,
     durability: Option<Durability>,
