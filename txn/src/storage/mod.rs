@@ -347,22 +347,12 @@ impl<E: Engine> Storage<E> {
             )?;
         }
         let start = self.metrics.start();
-        let durability = options.durability;
-        let keys = request.mutations.iter().map(|m| &m.key);
-        let answer = self
-            .scheduler
-            .run_inline(keys, options.wait_limit(), |input| {
-                finish_write(
-                    match input {
-                        JobInput::Run { engine, cm } => request.process(WriteContext {
-                            snapshot: engine.latest(),
-                            cm,
-                        }),
-                        JobInput::Abort(e) => Err(e),
-                    },
-                    durability,
-                )
-            });
+        let keys = request.mutations.iter().map(mutation_key);
+        let answer = self.scheduler.run_inline(
+            keys,
+            options.wait_limit(),
+            prewrite_job(request, options.durability),
+        );
         if !matches!(answer, Err(Error::SchedTooBusy { .. })) {
             self.metrics
                 .command(crate::metrics::CommandKind::Prewrite, start, answer.is_ok());
@@ -395,24 +385,11 @@ impl<E: Engine> Storage<E> {
                 .map(|(storage, request)| storage.prewrite_in_place(request, options))
                 .collect();
         }
-        let durability = options.durability;
         let parts = parts
             .into_iter()
             .map(|(storage, request)| {
                 let keys = request.mutations.iter().map(mutation_key);
-                let job = move |input: JobInput<'_, E>| {
-                    finish_write(
-                        match input {
-                            JobInput::Run { engine, cm } => request.process(WriteContext {
-                                snapshot: engine.latest(),
-                                cm,
-                            }),
-                            JobInput::Abort(e) => Err(e),
-                        },
-                        durability,
-                    )
-                };
-                (storage, keys, job)
+                (storage, keys, prewrite_job(request, options.durability))
             })
             .collect();
         Self::run_jointly(parts, crate::metrics::CommandKind::Prewrite, options)
@@ -1056,6 +1033,25 @@ fn process_write<C: WriteCommand, E: Engine>(
 /// The key of a mutation: what a prewrite latches.
 fn mutation_key(mutation: &Mutation) -> &Key {
     &mutation.key
+}
+
+/// The scheduler's job that runs a borrowed prewrite.
+fn prewrite_job<E: Engine>(
+    request: PrewriteRef<'_>,
+    durability: Option<Durability>,
+) -> impl for<'a> FnOnce(JobInput<'a, E>) -> (Finish, Result<PrewriteResult>) + '_ {
+    move |input| {
+        finish_write(
+            match input {
+                JobInput::Run { engine, cm } => request.process(WriteContext {
+                    snapshot: engine.latest(),
+                    cm,
+                }),
+                JobInput::Abort(e) => Err(e),
+            },
+            durability,
+        )
+    }
 }
 
 fn finish_write<T>(
