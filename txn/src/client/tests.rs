@@ -682,6 +682,71 @@ fn a_commit_across_regions_writes_each_phase_once() {
     }
 }
 
+/// A commit across regions whose joint prewrite finds one region's latch
+/// taken does not wait for it holding the other regions' latches: it lets
+/// them go and prewrites region by region, so the free regions' prewrites
+/// reach the engine while the busy one waits. Here the busy region then
+/// finds a newer commit: the commit fails whole, and its other regions'
+/// locks go.
+#[test]
+fn a_joint_prewrite_that_meets_a_taken_latch_goes_region_by_region() {
+    use percolate_engine::Durability;
+    let (client, engine, _dir) = faulty_client(Durability::Buffered, ClientConfig::default());
+    // Begun before the first commit: its start_ts is below that commit.
+    let mut second = client.begin().unwrap();
+    for k in ["a", "h", "q"] {
+        second.put(k.as_bytes().to_vec(), b"second".to_vec());
+    }
+    let gate = engine.hold_writes();
+    std::thread::scope(|s| {
+        // Holds the latch of "h" while its write waits at the gate.
+        let first = s.spawn(|| {
+            let mut txn = client.begin().unwrap();
+            txn.put(b"h".to_vec(), b"first".to_vec());
+            txn.commit()
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while engine.writes_waiting() < 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the first commit never wrote"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let second = s.spawn(move || second.commit());
+        // The second commit's prewrite of "a" alone reaches the engine: a
+        // joint run would have waited for every latch first.
+        while engine.writes_waiting() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no prewrite went alone"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(gate);
+        assert_eq!(
+            first.join().unwrap().unwrap().protocol,
+            CommitProtocol::OnePc
+        );
+        let e = second.join().unwrap().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Mvcc(percolate_mvcc::Error::WriteConflict { ref key, .. })
+                    if *key == Key::from_raw(b"h")
+            ),
+            "{e}"
+        );
+    });
+    assert_eq!(client.get_latest(b"h").unwrap(), Some(b"first".to_vec()));
+    // The failed commit's locks on "a" and "q" are rolled back (by the
+    // committer, in the background): reads find nothing there.
+    for k in ["a", "q"] {
+        let read = client.with_retry(|txn| txn.get(k.as_bytes())).unwrap();
+        assert_eq!(read, None, "{k}");
+    }
+}
+
 /// A commit's own durability overrides the regions': `commit_with(sync)`
 /// writes every command of the commit synced on buffered regions (1PC,
 /// async commit and 2PC alike, secondaries included), `buffered()` none on
