@@ -313,6 +313,142 @@ fn timestamps_beyond_the_oracles_range_are_never_written() {
     );
 }
 
+/// Refused as a request beyond the oracle's range: `InvalidRequest`, or
+/// `InvalidMaxTsUpdate` where the command raises `max_ts` with the ts
+/// first.
+fn assert_refused_beyond_range(result: percolate::Result<impl std::fmt::Debug>) {
+    assert!(
+        matches!(
+            result,
+            Err(Error::InvalidRequest { .. } | Error::InvalidMaxTsUpdate { .. })
+        ),
+        "expected the ts refused, got {result:?}"
+    );
+}
+
+/// No command acts for a transaction whose start_ts is beyond the
+/// oracle's range: such a transaction could not have prewritten, and a
+/// rollback recorded at its start_ts (a cleanup, a batch rollback, a
+/// status check that rolls back a missing lock) would raise the engine's
+/// persisted ts ceiling past the range, so that the database could not be
+/// opened again.
+#[test]
+fn commands_refuse_a_start_ts_beyond_the_oracles_range_and_write_nothing() {
+    let db = open();
+    let s = storage(&db.client, b"k");
+    let key = || Key::from_raw(b"k");
+    let top = TimeStamp::compose(TimeStamp::max().physical() - 1_000, 0);
+    let now = db.client.oracle().get_ts().unwrap();
+    for start_ts in [top, TimeStamp::max()] {
+        let options = percolate::txn::actions::check_txn_status::CheckTxnStatusOptions {
+            rollback_if_not_exist: true,
+            current_ts: now,
+            ..Default::default()
+        };
+        assert_refused_beyond_range(s.batch_rollback(vec![key()], start_ts));
+        assert_refused_beyond_range(s.cleanup(key(), start_ts, TimeStamp::zero()));
+        assert_refused_beyond_range(s.check_txn_status(key(), start_ts, options));
+        assert_refused_beyond_range(s.check_secondary_locks(vec![key()], start_ts));
+        assert_refused_beyond_range(s.resolve_lock_lite(vec![key()], start_ts, TimeStamp::zero()));
+        assert_refused_beyond_range(s.resolve_lock(
+            start_ts,
+            TimeStamp::zero(),
+            Some(Key::from_raw(b"g")),
+            Some(Key::from_raw(b"p")),
+        ));
+        assert_refused_beyond_range(s.pessimistic_rollback(vec![key()], start_ts, start_ts));
+    }
+    assert_nothing_written(&db.client);
+    assert!(s.concurrency_manager().max_ts() < top);
+    // The database opens again.
+    let Db { client, dir } = db;
+    drop(client);
+    Client::open(dir.path()).unwrap();
+}
+
+/// A storage that knows no oracle (no `MaxTsLimit`) still never computes
+/// an async-commit or 1PC commit_ts beyond the oracle's range: a read
+/// beyond it is refused, a `max_ts` at the top of the range sends async
+/// commit and 1PC back to 2PC, and an `initial_max_ts` beyond the range
+/// (`TimeStamp::max()` included) counts as the top of the range instead of
+/// making every such prewrite fail.
+#[test]
+fn a_storage_without_an_oracle_never_computes_a_commit_ts_beyond_the_range() {
+    fn check<E: Engine>(engine: impl Fn() -> E) {
+        use percolate::txn::storage::StorageConfig;
+        let top = percolate::txn::oracle::last_in_range();
+        assert!(!percolate::txn::oracle::beyond_range(top));
+        assert!(percolate::txn::oracle::beyond_range(top.next()));
+        let s = Storage::new(engine(), StorageConfig::default());
+        let key = Key::from_raw(b"k");
+        for far in [top.next(), TimeStamp::max().prev()] {
+            match s.get(key.clone(), far) {
+                Err(Error::InvalidMaxTsUpdate {
+                    attempted_ts,
+                    limit,
+                }) => assert_eq!((attempted_ts, limit), (far, top)),
+                other => panic!("expected InvalidMaxTsUpdate, got {other:?}"),
+            }
+        }
+        assert_eq!(s.get(key.clone(), top).unwrap(), None);
+        assert_eq!(s.concurrency_manager().max_ts(), top);
+        let fell_back = |s: &Storage<E>, key: &Key, start_ts: TimeStamp| {
+            let mutation = || vec![Mutation::put(key.clone(), b"v".to_vec())];
+            let raw = key.to_raw().unwrap();
+            let one_pc = Prewrite::new(mutation(), raw.clone(), start_ts).one_pc(TimeStamp::zero());
+            let result = s.prewrite(one_pc).unwrap();
+            assert_eq!(result.one_pc_commit_ts, None, "1PC falls back to 2PC");
+            let info = s.mvcc_by_key(key.clone()).unwrap();
+            let lock = info.lock.expect("a 2PC lock");
+            assert!(!lock.use_one_pc && !lock.use_async_commit, "{lock:?}");
+            assert!(info.writes.is_empty());
+            s.batch_rollback(vec![key.clone()], start_ts).unwrap();
+            let asynchronous = Prewrite::new(mutation(), raw.clone(), start_ts.next())
+                .async_commit(vec![], TimeStamp::zero());
+            let result = s.prewrite(asynchronous).unwrap();
+            assert_eq!(result.min_commit_ts, None, "async commit falls back to 2PC");
+            s.batch_rollback(vec![key.clone()], start_ts.next())
+                .unwrap();
+        };
+        fell_back(&s, &key, TimeStamp::new(10));
+        for initial in [top.next(), TimeStamp::max()] {
+            let config = StorageConfig {
+                initial_max_ts: initial,
+                ..StorageConfig::default()
+            };
+            let s = Storage::new(engine(), config);
+            assert_eq!(s.concurrency_manager().max_ts(), top);
+            fell_back(&s, &Key::from_raw(b"j"), TimeStamp::new(20));
+        }
+    }
+    check(percolate::MemoryEngine::new);
+    check(|| percolate::RocksEngine::open_temporary().unwrap());
+}
+
+/// Version hints larger than the machine can map leave the storage
+/// without hints (every read seeks) instead of failing or aborting it.
+#[test]
+fn version_hints_too_large_to_map_leave_the_storage_working() {
+    use percolate::txn::storage::StorageConfig;
+    for bytes in [usize::MAX, usize::MAX / 2, 1 << 60] {
+        let config = StorageConfig {
+            version_hint_bytes: bytes,
+            ..StorageConfig::default()
+        };
+        let s = Storage::new(percolate::MemoryEngine::new(), config);
+        let key = Key::from_raw(b"k");
+        s.prewrite(Prewrite::new(
+            vec![Mutation::put(key.clone(), b"v".to_vec())],
+            b"k",
+            TimeStamp::new(10),
+        ))
+        .unwrap();
+        s.commit(vec![key.clone()], TimeStamp::new(10), TimeStamp::new(11))
+            .unwrap();
+        assert_eq!(s.get(key, TimeStamp::new(12)).unwrap(), Some(b"v".to_vec()));
+    }
+}
+
 /// A lock on disk whose ts is beyond the oracle's range (damaged bytes,
 /// or a tool that wrote it) stops the client from opening, read-write or
 /// read-only, instead of starting an oracle below it.
@@ -612,6 +748,48 @@ fn a_corrupted_lock_record_is_reported_with_its_key_never_a_panic() {
         writer.put(b"h".to_vec(), b"w".to_vec());
         assert_corruption(writer.commit(), Cf::Lock, &key);
     }
+}
+
+/// A lock on disk with a TTL beyond what any lock may live (written by
+/// another program, or damaged), whose primary was never prewritten, is
+/// judged by the longest TTL a lock may have
+/// ([`MAX_LOCK_TTL_MS`](percolate::txn::actions::MAX_LOCK_TTL_MS)): once
+/// that has passed, readers resolve it instead of finding it alive forever.
+#[test]
+fn a_lock_with_an_endless_ttl_is_resolved_once_the_longest_ttl_has_passed() {
+    use percolate::mvcc::{Lock, LockType};
+    let db = open();
+    let now = db.client.oracle().get_ts().unwrap();
+    let max_ttl = percolate::txn::actions::MAX_LOCK_TTL_MS;
+    let lock_ts = TimeStamp::compose(now.physical() - 2 * max_ttl, 0);
+    let lock = Lock::new(LockType::Put, b"p0".to_vec(), lock_ts, u64::MAX);
+    let key = Key::from_raw(b"h");
+    poke(
+        &db.client,
+        Cf::Lock,
+        key.as_encoded().clone(),
+        &lock.to_bytes(),
+    );
+    let txn = db.client.begin().unwrap();
+    assert_eq!(txn.get(b"h").unwrap(), None);
+    assert!(
+        storage(&db.client, b"h")
+            .mvcc_by_key(key)
+            .unwrap()
+            .lock
+            .is_none()
+    );
+    // The primary is rolled back, so the transaction can never commit.
+    let primary = storage(&db.client, b"p0")
+        .mvcc_by_key(Key::from_raw(b"p0"))
+        .unwrap();
+    assert!(
+        primary
+            .writes
+            .iter()
+            .any(|(_, w)| w.write_type == percolate::mvcc::WriteType::Rollback),
+        "{primary:?}"
+    );
 }
 
 #[test]

@@ -108,20 +108,34 @@ unsafe impl<T: Sync> Sync for ZeroedTable<T> {}
 
 impl<T: Zeroable> ZeroedTable<T> {
     /// A table of `len` values, all zeros. Fails as an allocation does
-    /// (aborting) if the memory cannot be mapped.
+    /// (aborting) if the memory cannot be mapped; see
+    /// [`try_new`](Self::try_new) for a table whose size comes from a
+    /// caller.
     pub fn new(len: usize) -> Self {
+        match Self::try_new(len) {
+            Some(table) => table,
+            None => std::alloc::handle_alloc_error(
+                std::alloc::Layout::array::<T>(len)
+                    .unwrap_or_else(|_| std::alloc::Layout::new::<T>()),
+            ),
+        }
+    }
+
+    /// A table of `len` values, all zeros, or `None` if that many do not
+    /// fit in the address space or the memory cannot be mapped.
+    pub fn try_new(len: usize) -> Option<Self> {
         const {
             assert!(
                 std::mem::align_of::<T>() <= 4096,
                 "mappings are page-aligned"
             )
         };
-        let layout = std::alloc::Layout::array::<T>(len).expect("a table that fits in memory");
+        let layout = std::alloc::Layout::array::<T>(len).ok()?;
         if layout.size() == 0 {
-            return ZeroedTable {
+            return Some(ZeroedTable {
                 ptr: std::ptr::NonNull::dangling(),
                 len,
-            };
+            });
         }
         // SAFETY: a new private anonymous mapping at an address of the
         // kernel's choosing overlaps nothing of this process.
@@ -134,14 +148,11 @@ impl<T: Zeroable> ZeroedTable<T> {
                 rustix::mm::MapFlags::PRIVATE,
             )
         };
-        let Some(ptr) = mapped
+        let ptr = mapped
             .ok()
-            .and_then(|ptr| std::ptr::NonNull::new(ptr.cast::<T>()))
-        else {
-            std::alloc::handle_alloc_error(layout);
-        };
+            .and_then(|ptr| std::ptr::NonNull::new(ptr.cast::<T>()))?;
         advise_huge_pages(ptr.as_ptr().cast(), layout.size());
-        ZeroedTable { ptr, len }
+        Some(ZeroedTable { ptr, len })
     }
 }
 

@@ -53,6 +53,11 @@ impl MvccTxn {
     }
 
     /// Writes `lock` on `key` (lock CF, `key`).
+    ///
+    /// # Panics
+    ///
+    /// If the lock's `short_value` is longer than 255 bytes (see
+    /// [`Lock::to_bytes`]).
     pub fn put_lock(&mut self, key: Key, lock: &Lock) {
         self.push(Modify::Put {
             cf: Cf::Lock,
@@ -87,6 +92,11 @@ impl MvccTxn {
     }
 
     /// Writes a commit or rollback record at `key@ts` (write CF).
+    ///
+    /// # Panics
+    ///
+    /// If the record's `short_value` is longer than 255 bytes (see
+    /// [`Write::to_bytes`]).
     pub fn put_write(&mut self, key: Key, ts: TimeStamp, write: &Write) {
         self.put_write_bytes(key, ts, write.to_bytes());
     }
@@ -106,6 +116,10 @@ impl MvccTxn {
     /// the protocol makes a commit's record newer than every Put or Delete
     /// of the key already written (a commit holds the key's lock, and its
     /// prewrite found no data committed after its start_ts).
+    ///
+    /// # Panics
+    ///
+    /// As [`put_write`](Self::put_write) does.
     pub fn put_commit(&mut self, key: Key, commit_ts: TimeStamp, write: &Write) {
         let record = write.to_bytes();
         if matches!(write.write_type, WriteType::Put | WriteType::Delete) {

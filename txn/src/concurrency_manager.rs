@@ -146,6 +146,11 @@ impl Inner {
     ) -> Self {
         let versions = Arc::new(VersionCache::with_bytes(version_hint_bytes));
         let slots = thread_slots();
+        // A start beyond the oracle's range (a misconfigured
+        // `initial_max_ts`) would put every computed commit_ts there too:
+        // it starts at the top of the range instead, where async commit and
+        // 1PC fall back to 2PC.
+        let latest_ts = latest_ts.min(crate::oracle::last_in_range());
         Inner {
             max_ts: CachePadded::new(AtomicU64::new(latest_ts.into_inner())),
             shards: (0..LOCK_SHARDS).map(|_| Arc::default()).collect(),
@@ -484,12 +489,20 @@ impl ConcurrencyManager {
     }
 
     /// Raises `max_ts` to `ts`. `TimeStamp::max()` ("read the latest") is
-    /// not a real timestamp and is ignored. With a [`MaxTsLimit`], a `ts`
-    /// above it is refused with [`Error::InvalidMaxTsUpdate`] and `max_ts`
-    /// stays as it was.
+    /// not a real timestamp and is ignored. Any other `ts` beyond the
+    /// oracle's range ([`beyond_range`](crate::oracle::beyond_range)) is
+    /// refused with [`Error::InvalidMaxTsUpdate`], as is one above the
+    /// [`MaxTsLimit`] where there is one; `max_ts` then stays as it was (a
+    /// commit_ts computed above it would be beyond the range).
     pub fn update_max_ts(&self, ts: TimeStamp) -> crate::Result<()> {
         if ts.is_max() {
             return Ok(());
+        }
+        if crate::oracle::beyond_range(ts) {
+            return Err(Error::InvalidMaxTsUpdate {
+                attempted_ts: ts,
+                limit: crate::oracle::last_in_range(),
+            });
         }
         self.check_limit(ts)?;
         // Most reads are at or below a max_ts some read already raised it

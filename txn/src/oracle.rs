@@ -195,6 +195,11 @@ pub fn beyond_range(ts: TimeStamp) -> bool {
     ts.physical() >= MAX_LIMIT
 }
 
+/// The largest timestamp not [`beyond_range`].
+pub const fn last_in_range() -> TimeStamp {
+    TimeStamp::new((MAX_LIMIT << TSO_PHYSICAL_SHIFT_BITS) - 1)
+}
+
 /// The name of the state file inside the oracle's directory.
 const FILE_NAME: &str = "TIMESTAMP";
 /// The name of the file written before it is renamed over [`FILE_NAME`].

@@ -320,8 +320,15 @@ impl VersionCache {
     /// nothing and answers every read with no hint).
     pub(crate) fn with_bytes(bytes: usize) -> Self {
         let sets = bytes / std::mem::size_of::<Slot>() / SHARDS / WAYS;
+        // A size the machine cannot map leaves the storage without hints
+        // (every read seeks) rather than failing it.
+        let (slots, sets) = match percolate_engine::mem::ZeroedTable::try_new(SHARDS * sets * WAYS)
+        {
+            Some(slots) => (slots, sets),
+            None => (percolate_engine::mem::ZeroedTable::new(0), 0),
+        };
         VersionCache {
-            slots: percolate_engine::mem::ZeroedTable::new(SHARDS * sets * WAYS),
+            slots,
             writers: (0..SHARDS).map(|_| Mutex::new(())).collect(),
             slots_per_shard: sets * WAYS,
         }

@@ -65,7 +65,14 @@ pub(crate) fn clamp_ttl(ttl: u64) -> u64 {
 /// and compare with the physical parts only; a TTL above
 /// [`MAX_LOCK_TTL_MS`] counts as that.
 pub fn is_expired(lock: &Lock, current_ts: TimeStamp) -> bool {
-    lock.ts.physical().saturating_add(clamp_ttl(lock.ttl)) < current_ts.physical()
+    ttl_ran_out(lock.ts, lock.ttl, current_ts)
+}
+
+/// Whether a TTL of `ttl` ms from the lock of `lock_ts` has run out at
+/// `current_ts`, as [`is_expired`] judges it (for the `LockInfo` a client
+/// holds).
+pub(crate) fn ttl_ran_out(lock_ts: TimeStamp, ttl: u64, current_ts: TimeStamp) -> bool {
+    lock_ts.physical().saturating_add(clamp_ttl(ttl)) < current_ts.physical()
 }
 
 /// The `KeyIsLocked` error for `lock` on `key`.

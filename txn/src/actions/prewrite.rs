@@ -629,7 +629,7 @@ fn check_only_min_commit_ts(props: &TransactionProperties) -> TimeStamp {
 
 /// Sets the async-commit fields of `lock` and computes its min_commit_ts
 /// for async commit and 1PC. `CommitTsTooLarge` when it would exceed the
-/// caller's limit: the caller falls back to 2PC.
+/// caller's limit or the oracle's range: the caller falls back to 2PC.
 fn commit_ts_bound(
     props: &TransactionProperties,
     lock: &mut Lock,
@@ -647,13 +647,24 @@ fn commit_ts_bound(
             max_commit_ts
         }
     };
-    let min_commit_ts = props
+    // Bounded by the oracle's range as by the request's max_commit_ts: a
+    // commit_ts beyond it would leave a reopened oracle no room above it.
+    let bound = crate::oracle::last_in_range();
+    let max_commit_ts = if max_commit_ts.is_zero() {
+        bound
+    } else {
+        max_commit_ts.min(bound)
+    };
+    let below = props
         .max_ts
         .max(props.start_ts)
-        .max(props.kind.for_update_ts())
-        .next()
-        .max(lock.min_commit_ts);
-    if !max_commit_ts.is_zero() && min_commit_ts > max_commit_ts {
+        .max(props.kind.for_update_ts());
+    let min_commit_ts = if below >= bound {
+        TimeStamp::max()
+    } else {
+        below.next().max(lock.min_commit_ts)
+    };
+    if min_commit_ts > max_commit_ts {
         return Err(percolate_mvcc::Error::CommitTsTooLarge {
             start_ts: props.start_ts,
             min_commit_ts,

@@ -400,8 +400,10 @@ impl<E: Engine> Inner<E> {
                 // The primary is not prewritten (yet: prewrites run in
                 // parallel) and was never committed. Once this lock has
                 // expired the owner is gone: make sure it never commits.
-                let expired = lock.lock_version.physical().saturating_add(lock.lock_ttl)
-                    < current_ts.physical();
+                // (A TTL read from another writer's lock counts up to the
+                // longest any lock may live.)
+                let expired =
+                    crate::actions::ttl_ran_out(lock.lock_version, lock.lock_ttl, current_ts);
                 if !expired {
                     return Ok(Fate::Alive);
                 }

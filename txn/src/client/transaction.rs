@@ -889,7 +889,7 @@ impl<'a, E: Engine> Committer<'a, E> {
         };
         // An expired lock may be an abandoned one: resolve it.
         let now = self.client.oracle.get_ts()?;
-        if lock.lock_version.physical().saturating_add(lock.lock_ttl) < now.physical() {
+        if crate::actions::ttl_ran_out(lock.lock_version, lock.lock_ttl, now) {
             return Ok(false);
         }
         // Its commit_ts will be at least its min_commit_ts (an async-commit

@@ -200,9 +200,12 @@ pub trait ReadCommand: Send + 'static {
 /// Runs `action` on each of `keys` (keys, or keys with what the action
 /// needs of each) in turn over one reader and one buffer
 /// of the transaction `start_ts`, collecting the answers. A zero
-/// `start_ts` names no transaction (the oracle never hands it out): it is
-/// `InvalidRequest`, before anything is read or written (a rollback at ts
-/// 0 would otherwise be recorded).
+/// `start_ts` names no transaction (the oracle never hands it out), and
+/// one beyond the oracle's range none that could have prewritten (see
+/// [`beyond_range`](crate::oracle::beyond_range)): either is
+/// `InvalidRequest`, before anything is read or written (a rollback at
+/// such a ts would otherwise be recorded, and one beyond the range would
+/// leave a reopened oracle no room above it).
 fn for_each_key<S: Snapshot, K, T>(
     snapshot: S,
     start_ts: TimeStamp,
@@ -212,6 +215,12 @@ fn for_each_key<S: Snapshot, K, T>(
     if start_ts.is_zero() {
         return Err(crate::Error::InvalidRequest {
             reason: "a transaction's start_ts cannot be zero",
+            key: None,
+        });
+    }
+    if crate::oracle::beyond_range(start_ts) {
+        return Err(crate::Error::InvalidRequest {
+            reason: "a start_ts beyond the range of the timestamp oracle (such as TimeStamp::max())",
             key: None,
         });
     }

@@ -71,7 +71,8 @@ pub struct StorageConfig {
     pub scheduler: SchedulerConfig,
     /// The region's `max_ts` at start: a fresh timestamp from the oracle,
     /// so that async-commit and 1PC transactions never commit below a read
-    /// served before a restart. Defaults to zero.
+    /// served before a restart. One beyond the oracle's range counts as
+    /// the last timestamp in it. Defaults to zero.
     pub initial_max_ts: TimeStamp,
     /// The bound on the region's `max_ts`, from the oracle: a read or
     /// check at a timestamp beyond it is refused with
@@ -93,7 +94,8 @@ pub struct StorageConfig {
     /// when short, its record) of recently written or read keys, so that a
     /// point read of such a key makes no engine seek. 256 bytes a key;
     /// allocated in 64 pieces as keys arrive. 0 turns the hints off (every
-    /// point read seeks). Defaults to 64 MiB, about 262,000 keys.
+    /// point read seeks), and so does a size this machine cannot map.
+    /// Defaults to 64 MiB, about 262,000 keys.
     pub version_hint_bytes: usize,
     /// How long a read that meets a blocking in-memory lock (an
     /// async-commit or 1PC prewrite between taking its keys and writing
@@ -819,6 +821,12 @@ impl<E: Engine> Storage<E> {
         if start_ts.is_zero() {
             return Err(Error::InvalidRequest {
                 reason: "a transaction's start_ts cannot be zero",
+                key: None,
+            });
+        }
+        if crate::oracle::beyond_range(start_ts) {
+            return Err(Error::InvalidRequest {
+                reason: "a start_ts beyond the range of the timestamp oracle (such as TimeStamp::max())",
                 key: None,
             });
         }
