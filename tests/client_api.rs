@@ -578,3 +578,65 @@ fn gc_resolves_before_it_collects<E: Engine>(client: &Client<E>) {
         Some(b"committed".to_vec())
     );
 }
+
+/// A pessimistic transaction that locks a key over a commit computed ahead
+/// of the oracle (an async-commit or 1PC commit_ts above a read at a
+/// future ts) commits above that commit, also by 2PC, whose commit_ts
+/// comes from the oracle: otherwise its write would land below the value
+/// it read and be lost.
+fn a_pessimistic_write_lands_above_a_commit_ahead_of_the_oracle<E: Engine>(engine: E) {
+    use percolate::mvcc::{Key, TimeStamp};
+    use percolate::txn::actions::prewrite::Mutation;
+    use percolate::txn::commands::Prewrite;
+    use percolate::txn::oracle::TimestampOracle;
+    let dir = tempfile::tempdir().unwrap();
+    let oracle =
+        std::sync::Arc::new(percolate::txn::oracle::LocalOracle::open(dir.path()).unwrap());
+    let storage = percolate::txn::storage::StorageConfig {
+        initial_max_ts: oracle.get_ts().unwrap(),
+        ..Default::default()
+    };
+    let cluster = percolate::txn::cluster::Cluster::new(engine, vec![], storage);
+    let config = percolate::txn::client::ClientConfig {
+        one_pc: false,
+        async_commit: false,
+        ..Default::default()
+    };
+    let client = Client::new(cluster, oracle.clone(), config);
+    let s = client.cluster().region_for(b"k").storage();
+    // A read 30 s ahead, then a 1PC commit computed above it.
+    let now = oracle.get_ts().unwrap();
+    let ahead = TimeStamp::compose(now.physical() + 30_000, 0);
+    assert_eq!(s.get(Key::from_raw(b"k"), ahead).unwrap(), None);
+    let start_ts = oracle.get_ts().unwrap();
+    let one_pc = Prewrite::new(
+        vec![Mutation::put(Key::from_raw(b"k"), b"1".to_vec())],
+        b"k",
+        start_ts,
+    )
+    .one_pc(TimeStamp::zero());
+    let committed_at = s.prewrite(one_pc).unwrap().one_pc_commit_ts.unwrap();
+    assert!(committed_at > ahead);
+    let mut txn = client.begin_pessimistic().unwrap();
+    assert_eq!(txn.get_for_update(b"k").unwrap(), Some(b"1".to_vec()));
+    assert!(txn.for_update_ts() >= committed_at);
+    txn.put(b"k".to_vec(), b"2".to_vec()).unwrap();
+    let info = txn.commit().unwrap();
+    assert!(
+        info.commit_ts > committed_at,
+        "{info:?} at or below {committed_at}"
+    );
+    assert_eq!(client.get_latest(b"k").unwrap(), Some(b"2".to_vec()));
+}
+
+#[test]
+fn a_pessimistic_write_lands_above_a_commit_ahead_of_the_oracle_memory() {
+    a_pessimistic_write_lands_above_a_commit_ahead_of_the_oracle(percolate::MemoryEngine::new());
+}
+
+#[test]
+fn a_pessimistic_write_lands_above_a_commit_ahead_of_the_oracle_rocks() {
+    a_pessimistic_write_lands_above_a_commit_ahead_of_the_oracle(
+        percolate::engine::testing::temp_rocks_engine(),
+    );
+}

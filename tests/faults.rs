@@ -647,3 +647,32 @@ fn bank_total_holds_with_client_deaths_and_lock_expiry() {
     assert!(committed.load(Ordering::Relaxed) > 0);
     assert!(audits.load(Ordering::Relaxed) > 0);
 }
+
+/// A pessimistic rollback whose release fails in one region reports the
+/// failure instead of success, after asking every region: the other
+/// region's lock is gone, the failed one's stays until its TTL runs out
+/// (the heart beats have stopped), and then a writer gets past it.
+#[test]
+fn a_pessimistic_rollback_reports_a_release_that_failed() {
+    let _scenario = fail::scenario();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = FaultyEngine::new(rocks(dir.path()));
+    let db = open_on(dir, engine.clone(), quiet_two_pc());
+    let mut txn = db.client.begin_pessimistic().unwrap();
+    txn.lock_keys([b"a".to_vec(), b"h".to_vec()]).unwrap();
+    // Both releases of the first region ("a") fail.
+    engine.fail_next_writes(2);
+    let err = txn.rollback().unwrap_err();
+    assert!(matches!(err, Error::Engine(_)), "{err:?}");
+    engine.fail_next_writes(0);
+    let lock_on = |k: &[u8]| {
+        let storage = db.client.cluster().region_for(k).storage();
+        storage.mvcc_by_key(Key::from_raw(k)).unwrap().lock
+    };
+    assert!(lock_on(b"a").is_some_and(|l| l.is_pessimistic_lock()));
+    assert_eq!(lock_on(b"h"), None);
+    db.expire_locks();
+    db.write(&["a", "h"], "new");
+    assert_eq!(db.read(&["a", "h"]), ["new", "new"]);
+    assert_eq!((lock_on(b"a"), lock_on(b"h")), (None, None));
+}

@@ -469,8 +469,31 @@ fn scan_lock_fails_on_a_memory_lock_below_its_ts<E: Engine>(Bare(engine): Bare<E
     assert!(s.scan_lock(None, None, ts(20), 0).unwrap().is_empty());
 }
 
+/// `lock_only_if_exists` without `return_value` is refused at once with
+/// `LockIfExistsFailed` (TiKV's D7), also by a request that would
+/// otherwise wait for another transaction's lock on its key first.
+fn lock_only_if_exists_without_a_value_fails_at_once_even_on_a_held_key<E: Engine>(
+    Bare(engine): Bare<E>,
+) {
+    let s = storage(engine);
+    must_lock(&s, b"k", 10);
+    let mut request = lock_request(b"k", 20, 20, LONG);
+    request.options.lock_only_if_exists = true;
+    let started = Instant::now();
+    match s.acquire_pessimistic_lock(request) {
+        Err(Error::Mvcc(MvccError::LockIfExistsFailed { start_ts, key: k })) => {
+            assert_eq!((start_ts, k), (ts(20), key(b"k")));
+        }
+        other => panic!("expected LockIfExistsFailed, got {other:?}"),
+    }
+    assert!(started.elapsed() < LONG / 2, "it waited");
+    assert!(edges(&s).is_empty());
+    assert_eq!(lock_on(&s, b"k").unwrap().ts, ts(10));
+}
+
 on_both_engines!(
     Bare;
+    lock_only_if_exists_without_a_value_fails_at_once_even_on_a_held_key,
     a_waiter_takes_the_lock_once_it_is_released,
     a_waiter_woken_by_a_commit,
     a_waiter_woken_by_a_commit_locks_with_conflict,

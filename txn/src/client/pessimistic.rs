@@ -146,6 +146,11 @@ impl<E: Engine> PessimisticTransaction<E> {
 
     /// Locks `keys`: no other transaction can write them until this one
     /// ends. They are committed as Lock records if not written.
+    ///
+    /// All or nothing: on an error (a wait that timed out, a deadlock),
+    /// the keys this call locked are released again, so that a
+    /// transaction waiting for them (the other side of a deadlock) can go
+    /// on, and a retry of the statement starts from where it began.
     pub fn lock_keys<K: Into<Vec<u8>>>(&mut self, keys: impl IntoIterator<Item = K>) -> Result<()> {
         let keys: Vec<Vec<u8>> = keys.into_iter().map(Into::into).collect();
         let unlocked: Vec<&[u8]> = keys
@@ -158,17 +163,41 @@ impl<E: Engine> PessimisticTransaction<E> {
         }
         check_keys(&unlocked)?;
         let mut rest = &unlocked[..];
-        if self.primary.is_none() {
+        let chose_primary = self.primary.is_none();
+        if chose_primary {
             self.lock_primary(rest[0], false, false)?;
             self.txn.lock_keys([rest[0]]);
             rest = &rest[1..];
         }
         let client = self.txn.client().clone();
+        let mut locked: Vec<&[u8]> = unlocked[..unlocked.len() - rest.len()].to_vec();
         for (_, keys) in by_region(&client, rest) {
-            self.lock_region(&client, &keys, false, false)?;
-            self.txn.lock_keys(keys);
+            if let Err(e) = self.lock_region(&client, &keys, false, false) {
+                // (The failed region's own keys were released by
+                // `lock_region`.)
+                self.give_back(&client, &locked, chose_primary);
+                return Err(e);
+            }
+            self.txn.lock_keys(keys.iter().copied());
+            locked.extend(keys);
         }
         Ok(())
+    }
+
+    /// Releases `keys`, locked by a statement that then failed, and takes
+    /// them out of the buffer; the primary too when the statement chose it
+    /// (it locked nothing before), whose heart beats then stop.
+    fn give_back(&mut self, client: &Inner<E>, keys: &[&[u8]], chose_primary: bool) {
+        for (region, keys) in by_region(client, keys) {
+            let keys = keys.iter().map(|k| key(k)).collect();
+            let storage = client.cluster.regions()[region].storage();
+            let _ = storage.pessimistic_rollback(keys, self.start_ts(), TimeStamp::max());
+        }
+        self.txn.forget_locks(keys.iter().copied());
+        if chose_primary {
+            client.heartbeats.stop(self.start_ts());
+            self.primary = None;
+        }
     }
 
     /// Locks `key` and sets it to `value` at commit.
@@ -215,7 +244,9 @@ impl<E: Engine> PessimisticTransaction<E> {
         // Refused before anything is sent: nothing was prewritten, so the
         // pessimistic locks are released here.
         if let Err(e) = self.txn.check_buffer() {
-            self.release_locks();
+            // (The refusal is the error to report; a lock left by a failed
+            // release goes with its TTL.)
+            let _ = self.release_locks();
             return Err(e);
         }
         let pessimism = Pessimism {
@@ -231,11 +262,12 @@ impl<E: Engine> PessimisticTransaction<E> {
         outcome
     }
 
-    /// Releases the locks; nothing was written.
+    /// Releases the locks; nothing was written. Every region is asked
+    /// even when one fails; the first failure is returned (its locks then
+    /// go when their TTL runs out, the heart beats having stopped).
     pub fn rollback(mut self) -> Result<()> {
         self.finished = true;
-        self.release_locks();
-        Ok(())
+        self.release_locks()
     }
 
     /// Locks `key` unless this transaction holds its lock already (every
@@ -383,7 +415,11 @@ impl<E: Engine> PessimisticTransaction<E> {
     /// timestamp rather than the commit's own: a commit_ts computed from
     /// it stays at or below the oracle's next, which every transaction
     /// beginning after this one commits reads at. The key's value is the
-    /// same there, under the lock.
+    /// same there, under the lock. Only a commit further ahead of the
+    /// oracle (computed above a read at a future ts) leaves the fresh
+    /// timestamp below it: the for_update_ts is then the commit's ts, so
+    /// that the transaction's commit_ts, computed or taken (see
+    /// `Committer::commit_primary`), is above it too.
     fn locked(
         &mut self,
         client: &Inner<E>,
@@ -391,19 +427,20 @@ impl<E: Engine> PessimisticTransaction<E> {
         want_values: bool,
     ) -> Result<Option<Vec<u8>>> {
         let mut last = None;
-        let mut conflicted = false;
+        let mut conflicted: Option<TimeStamp> = None;
         for result in results {
             last = match result {
                 PessimisticLockKeyResult::Value(value) => value,
-                PessimisticLockKeyResult::LockedWithConflict { value, .. } => {
-                    conflicted = true;
+                PessimisticLockKeyResult::LockedWithConflict { value, conflict_ts } => {
+                    conflicted = conflicted.max(Some(conflict_ts));
                     value.filter(|_| want_values)
                 }
                 _ => None,
             };
         }
-        if conflicted {
-            self.for_update_ts = self.for_update_ts.max(client.oracle.get_ts()?);
+        if let Some(conflict_ts) = conflicted {
+            let fresh = client.oracle.get_ts()?;
+            self.for_update_ts = self.for_update_ts.max(fresh).max(conflict_ts);
         }
         Ok(last)
     }
@@ -447,7 +484,8 @@ impl<E: Engine> PessimisticTransaction<E> {
 
     /// Releases every pessimistic lock of the transaction, without waiting:
     /// pessimistic locks taken by it, and any lock a failed prewrite left.
-    fn release_locks(&mut self) {
+    /// Every region is asked; the first failure is returned.
+    fn release_locks(&mut self) -> Result<()> {
         let client = self.txn.client().clone();
         client.heartbeats.stop(self.start_ts());
         let locked: Vec<&[u8]> = self.txn.buffered_keys().collect();
@@ -458,20 +496,31 @@ impl<E: Engine> PessimisticTransaction<E> {
             .into_iter()
             .map(|(region, keys)| (region, keys.into_iter().map(key).collect()))
             .collect();
+        let mut outcome = Ok(());
         for (region, keys) in by_region {
             let storage = client.cluster.regions()[region].storage();
             // Pessimistic locks first (only up to this transaction's
             // for_update_ts), then anything a prewrite left.
-            let _ = storage.write(PessimisticRollback {
-                keys: keys.clone(),
-                start_ts: self.start_ts(),
-                for_update_ts: TimeStamp::max(),
-            });
-            let _ = storage.write(Unlock {
-                keys,
-                start_ts: self.start_ts(),
-            });
+            let rolled_back = storage
+                .write(PessimisticRollback {
+                    keys: keys.clone(),
+                    start_ts: self.start_ts(),
+                    for_update_ts: TimeStamp::max(),
+                })
+                .map(drop);
+            let unlocked = storage
+                .write(Unlock {
+                    keys,
+                    start_ts: self.start_ts(),
+                })
+                .map(drop);
+            for released in [rolled_back, unlocked] {
+                if outcome.is_ok() {
+                    outcome = released;
+                }
+            }
         }
+        outcome
     }
 }
 
@@ -508,7 +557,8 @@ impl<E: Engine> Drop for PessimisticTransaction<E> {
     /// A transaction dropped without commit or rollback releases its locks.
     fn drop(&mut self) {
         if !self.finished {
-            self.release_locks();
+            // Nobody to tell of a failure: its locks go with their TTL.
+            let _ = self.release_locks();
         }
     }
 }

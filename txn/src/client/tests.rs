@@ -863,6 +863,60 @@ fn a_pessimistic_transaction_locks_as_it_goes_and_commits() {
     }
 }
 
+/// `lock_keys` is all or nothing across regions: when a region's request
+/// fails (here a wait for another transaction's lock that times out), the
+/// keys the call locked in the other regions are released and leave the
+/// buffer, and a primary the call chose is chosen anew by the next
+/// statement; keys locked by earlier statements stay locked.
+#[test]
+fn lock_keys_gives_back_what_it_locked_when_a_region_fails() {
+    let s = setup(ClientConfig {
+        lock_wait_timeout: Duration::from_millis(20),
+        resolve_timeout: Duration::from_millis(100),
+        ..ClientConfig::default()
+    });
+    let mut holder = s.client.begin_pessimistic().unwrap();
+    holder.lock_keys([b"q".to_vec()]).unwrap();
+    let mut txn = s.client.begin_pessimistic().unwrap();
+    // The call chooses the primary ("a"), locks "h", then fails on "q".
+    let refused = txn.lock_keys([b"a".to_vec(), b"h".to_vec(), b"q".to_vec()]);
+    assert!(refused.is_err(), "{refused:?}");
+    for k in [&b"a"[..], b"h"] {
+        assert_eq!(pessimistic_lock_on(&s.client, k), None, "{k:?} kept");
+    }
+    assert_eq!(
+        pessimistic_lock_on(&s.client, b"q").unwrap().ts,
+        holder.start_ts()
+    );
+    // A later statement chooses its own primary; a failing one after it
+    // gives back only its own keys.
+    txn.lock_keys([b"h".to_vec()]).unwrap();
+    let refused = txn.lock_keys([b"b".to_vec(), b"q".to_vec()]);
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(pessimistic_lock_on(&s.client, b"b"), None);
+    let primary = pessimistic_lock_on(&s.client, b"h").expect("kept");
+    assert_eq!(
+        (primary.ts, primary.primary.as_slice()),
+        (txn.start_ts(), &b"h"[..])
+    );
+    // Once the holder is gone the statement goes through, and only the
+    // locked keys are committed (as Lock records).
+    holder.rollback().unwrap();
+    txn.lock_keys([b"b".to_vec(), b"q".to_vec()]).unwrap();
+    txn.put(b"q", b"1").unwrap();
+    txn.commit().unwrap();
+    assert_eq!(s.client.get_latest(b"q").unwrap(), Some(b"1".to_vec()));
+    for k in [&b"a"[..], b"b", b"h", b"q"] {
+        let storage = s.client.cluster().region_for(k).storage();
+        assert!(storage.mvcc_by_key(key(k)).unwrap().lock.is_none(), "{k:?}");
+    }
+    let a = s.client.cluster().region_for(b"a").storage();
+    assert!(
+        a.mvcc_by_key(key(b"a")).unwrap().writes.is_empty(),
+        "a was given back"
+    );
+}
+
 #[test]
 fn pessimistic_increments_of_one_key_lose_nothing_and_never_abort() {
     let s = client();
@@ -1034,8 +1088,11 @@ fn a_read_for_update_of_a_locked_key_reads_the_latest_commit() {
     assert_eq!(s.client.get_latest(b"h").unwrap(), Some(b"3".to_vec()));
 }
 
+/// A statement whose lock request fails gives back what it locked, as
+/// TiKV's client does (the keys rolled back, a primary it chose reset):
+/// the transaction goes on as if the statement had not run.
 #[test]
-fn a_failed_lock_request_leaves_the_keys_locked_before_it_committed_or_released() {
+fn a_failed_lock_request_gives_back_the_keys_its_statement_locked() {
     let s = setup(ClientConfig {
         lock_wait_timeout: Duration::from_millis(5),
         resolve_timeout: Duration::from_millis(30),
@@ -1043,28 +1100,36 @@ fn a_failed_lock_request_leaves_the_keys_locked_before_it_committed_or_released(
     });
     let mut holder = s.client.begin_pessimistic().unwrap();
     holder.lock_keys([&b"q"[..]]).unwrap();
-    // `a` (the primary) is locked, `q` is not to be had: the commit of
-    // what follows still prewrites and commits the primary.
+    // `a` (which would have been the primary) is locked, `q` is not to be
+    // had: `a` is given back, and the next key locked is the primary.
     let mut txn = s.client.begin_pessimistic().unwrap();
     assert!(txn.lock_keys([&b"a"[..], b"q"]).is_err());
+    assert_eq!(pessimistic_lock_on(&s.client, b"a"), None);
     txn.put(b"h", b"1").unwrap();
     let info = txn.commit().unwrap();
-    assert_eq!(
+    assert!(
         s.client.cluster().regions()[0]
             .storage()
             .mvcc_by_key(key(b"a"))
             .unwrap()
             .writes
+            .is_empty(),
+        "nothing committed on the key given back"
+    );
+    let h = s.client.cluster().region_for(b"h").storage();
+    assert_eq!(
+        h.mvcc_by_key(key(b"h"))
+            .unwrap()
+            .writes
             .first()
             .map(|(commit_ts, _)| *commit_ts),
-        Some(info.commit_ts),
-        "the primary was committed (as a Lock record)"
+        Some(info.commit_ts)
     );
     assert_eq!(s.client.get_latest(b"h").unwrap(), Some(b"1".to_vec()));
-    assert_eq!(pessimistic_lock_on(&s.client, b"a"), None);
-    // The same with nothing written: the lock is released at commit.
+    // The same with nothing written: nothing is left locked.
     let mut txn = s.client.begin_pessimistic().unwrap();
     assert!(txn.lock_keys([&b"b"[..], b"q"]).is_err());
+    assert_eq!(pessimistic_lock_on(&s.client, b"b"), None);
     txn.commit().unwrap();
     assert_eq!(pessimistic_lock_on(&s.client, b"b"), None);
     holder.rollback().unwrap();

@@ -364,6 +364,16 @@ impl<E: Engine> Transaction<E> {
         self.buffer.contains_key(key)
     }
 
+    /// Takes `keys` out of the buffer where they are only locked (a
+    /// pessimistic statement that failed gives its locks back).
+    pub(super) fn forget_locks<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>) {
+        for key in keys {
+            if matches!(self.buffer.get(key), Some(Op::Lock)) {
+                self.buffer.remove(key);
+            }
+        }
+    }
+
     /// The buffered keys, in key order.
     pub(super) fn buffered_keys(&self) -> impl Iterator<Item = &[u8]> {
         self.buffer.keys().map(Vec::as_slice)
@@ -618,8 +628,15 @@ impl<'a, E: Engine> Committer<'a, E> {
     fn commit_primary(&mut self, primary: &Key) -> Result<TimeStamp> {
         let region = self.client.cluster.region_index(&self.primary);
         let storage = self.client.cluster.regions()[region].storage();
+        // Above every commit a pessimistic transaction locked over, which
+        // its for_update_ts is at or above even where such a commit was
+        // computed ahead of the oracle (see `PessimisticTransaction`'s
+        // `locked`); otherwise the oracle's timestamp is the larger.
+        let floor = self
+            .for_update_ts
+            .map_or(TimeStamp::zero(), TimeStamp::next);
         loop {
-            let commit_ts = self.client.oracle.get_ts()?;
+            let commit_ts = self.client.oracle.get_ts()?.max(floor);
             let commit = Commit {
                 keys: vec![primary.clone()],
                 start_ts: self.start_ts,

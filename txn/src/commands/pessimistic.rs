@@ -107,6 +107,16 @@ impl AcquirePessimisticLock {
                 key: None,
             });
         }
+        // Refused before anything, as the action would (TiKV's D7): a
+        // request that must wait for a lock first would otherwise wait
+        // out its timeout to learn it.
+        if self.options.lock_only_if_exists && !self.options.return_value {
+            return Err(percolate_mvcc::Error::LockIfExistsFailed {
+                start_ts: self.start_ts,
+                key: self.keys[0].0.clone(),
+            }
+            .into());
+        }
         if self.options.allow_lock_with_conflict && self.keys.len() > 1 {
             return Err(Error::InvalidRequest {
                 reason: "a request locking with conflict holds one key",
