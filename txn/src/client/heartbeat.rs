@@ -78,6 +78,12 @@ impl HeartBeats {
     pub(crate) fn stop(&self, start_ts: TimeStamp) {
         self.shared.shard(start_ts).lock().remove(&start_ts);
     }
+
+    /// Whether `start_ts`'s primary lock is kept alive.
+    #[cfg(test)]
+    pub(crate) fn keeps(&self, start_ts: TimeStamp) -> bool {
+        self.shared.shard(start_ts).lock().contains_key(&start_ts)
+    }
 }
 
 impl Drop for HeartBeats {

@@ -256,10 +256,13 @@ impl<E: Engine> PessimisticTransaction<E> {
         // Every locked key is in the buffer, the primary first among them:
         // the commit prewrites them all, and on a failure before its commit
         // point unlocks them all (and on a failure after it, leaves them to
-        // be rolled forward).
-        let outcome = self.txn.commit_buffer(Some(pessimism), options);
+        // be rolled forward). The heart beats stop however it ends, a
+        // panic included (its locks then go with their TTL).
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.txn.commit_buffer(Some(pessimism), options)
+        }));
         self.txn.client().heartbeats.stop(self.start_ts());
-        outcome
+        outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 
     /// Releases the locks; nothing was written. Every region is asked

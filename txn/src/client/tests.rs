@@ -392,6 +392,30 @@ fn locks_of_a_long_open_transaction_get_the_time_it_was_open() {
     }
 }
 
+/// A pessimistic commit that panics (here at a fail point once every
+/// prewrite is in) stops its heart beats as any other end of the commit
+/// does, so that its locks go with their TTL instead of being kept alive
+/// for as long as the client lives.
+#[test]
+fn a_pessimistic_commit_that_panics_stops_its_heart_beats() {
+    let _scenario = crate::fail::scenario();
+    let s = client();
+    let mut txn = s.client.begin_pessimistic().unwrap();
+    txn.put(b"a".to_vec(), b"1".to_vec()).unwrap();
+    txn.put(b"h".to_vec(), b"2".to_vec()).unwrap();
+    let start_ts = txn.start_ts();
+    assert!(s.client.inner.heartbeats.keeps(start_ts));
+    crate::fail::cfg_thread(
+        crate::fail::CLIENT_PREWRITE_ALL,
+        crate::fail::Action::Panic,
+        0,
+        Some(1),
+    );
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| txn.commit()));
+    assert!(panicked.is_err());
+    assert!(!s.client.inner.heartbeats.keeps(start_ts));
+}
+
 /// The versions of `k` in the write CF, newest first: (commit_ts, type).
 fn versions(s: &Setup, k: &[u8]) -> Vec<(TimeStamp, percolate_mvcc::WriteType)> {
     let storage = s.client.cluster().region_for(k).storage();
