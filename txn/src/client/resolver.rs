@@ -420,7 +420,7 @@ impl<E: Engine> Inner<E> {
             } => {
                 let expired = crate::actions::is_expired(&primary_lock, current_ts);
                 if primary_lock.use_async_commit && expired {
-                    self.resolve_async_commit(&lock.primary_lock, &primary_lock)?
+                    self.resolve_async_commit(&lock.primary_lock, &primary_lock, current_ts)?
                 } else if min_commit_ts_pushed {
                     Fate::Pushed
                 } else {
@@ -433,11 +433,16 @@ impl<E: Engine> Inner<E> {
     }
 
     /// Decides an async-commit transaction whose primary lock expired, from
-    /// all its keys, and resolves them all.
+    /// all its keys, and resolves them all. A key whose lock is not an
+    /// async-commit one belongs to a batch that fell back to 2PC: then the
+    /// transaction commits (if at all) as 2PC does, at a commit_ts of the
+    /// client's, and only its primary decides, checked as a 2PC primary
+    /// (TiKV's `force_sync_commit`, BEHAVIOUR G10).
     fn resolve_async_commit(
         &self,
         primary: &[u8],
         primary_lock: &percolate_mvcc::Lock,
+        current_ts: TimeStamp,
     ) -> Result<Fate> {
         let start_ts = primary_lock.ts;
         let mut keys: Vec<Vec<u8>> = primary_lock.secondaries.clone();
@@ -449,6 +454,25 @@ impl<E: Engine> Inner<E> {
             let storage = self.cluster.regions()[*index].storage();
             match storage.check_secondary_locks(keys.clone(), start_ts)? {
                 SecondaryLocksStatus::Locked(locks) => {
+                    if locks.iter().any(|lock| !lock.use_async_commit) {
+                        let options = CheckTxnStatusOptions {
+                            current_ts,
+                            force_sync_commit: true,
+                            rollback_if_not_exist: true,
+                            ..Default::default()
+                        };
+                        let storage = self.cluster.region_for(primary).storage();
+                        match storage.check_txn_status(key(primary), start_ts, options)? {
+                            TxnStatus::Committed { commit_ts } => {
+                                fate = Some(Fate::Committed(commit_ts));
+                            }
+                            // Not expired as a 2PC primary: nothing to
+                            // resolve yet.
+                            TxnStatus::Uncommitted { .. } => return Ok(Fate::Alive),
+                            _ => fate = Some(Fate::RolledBack),
+                        }
+                        break;
+                    }
                     for lock in locks {
                         commit_ts = commit_ts.max(lock.min_commit_ts);
                     }

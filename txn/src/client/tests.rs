@@ -416,6 +416,54 @@ fn a_pessimistic_commit_that_panics_stops_its_heart_beats() {
     assert!(!s.client.inner.heartbeats.keeps(start_ts));
 }
 
+/// An async-commit transaction one of whose batches fell back to 2PC (its
+/// lock is a plain one) is decided by its primary alone, checked as a 2PC
+/// primary (TiKV's `force_sync_commit`): once the primary expired, a
+/// reader rolls the transaction back instead of committing it at the
+/// largest min_commit_ts of its locks, a commit_ts the client never chose.
+#[test]
+fn an_async_commit_with_a_batch_fallen_back_to_2pc_is_decided_by_its_primary() {
+    let s = client();
+    let start_ts = s.client.oracle().get_ts().unwrap();
+    let primary = s.client.cluster().region_for(b"a").storage();
+    let secondary = s.client.cluster().region_for(b"h").storage();
+    let asynchronous = Prewrite::new(
+        vec![Mutation::put(key(b"a"), b"1".to_vec())],
+        b"a".to_vec(),
+        start_ts,
+    )
+    .lock_ttl(100)
+    .async_commit(vec![b"h".to_vec()], TimeStamp::zero());
+    assert!(
+        primary
+            .prewrite(asynchronous)
+            .unwrap()
+            .min_commit_ts
+            .is_some()
+    );
+    // The batch of "h" as a fallen-back one writes it: a 2PC lock.
+    let fallen_back = Prewrite::new(
+        vec![Mutation::put(key(b"h"), b"2".to_vec())],
+        b"a".to_vec(),
+        start_ts,
+    )
+    .lock_ttl(100);
+    secondary.prewrite(fallen_back).unwrap();
+    s.clock.advance(10_000);
+    assert_eq!(s.client.get_latest(b"h").unwrap(), None);
+    assert_eq!(s.client.get_latest(b"a").unwrap(), None);
+    for (storage, k) in [(primary, &b"a"[..]), (secondary, b"h")] {
+        let info = storage.mvcc_by_key(key(k)).unwrap();
+        assert!(info.lock.is_none(), "{k:?} still locked");
+        assert!(
+            info.writes
+                .iter()
+                .all(|(_, w)| w.write_type == percolate_mvcc::WriteType::Rollback),
+            "{k:?}: {info:?}"
+        );
+    }
+}
+
 /// The versions of `k` in the write CF, newest first: (commit_ts, type).
 fn versions(s: &Setup, k: &[u8]) -> Vec<(TimeStamp, percolate_mvcc::WriteType)> {
     let storage = s.client.cluster().region_for(k).storage();
