@@ -71,6 +71,15 @@ fn open(config: ClientConfig) -> Db {
     open_on(dir, engine, config)
 }
 
+/// A client over RocksDB behind a [`FaultyEngine`], with the engine to
+/// make its writes fail.
+fn open_faulty(config: ClientConfig) -> (FaultyEngine<RocksEngine>, Db<FaultyEngine<RocksEngine>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = FaultyEngine::new(rocks(dir.path()));
+    let db = open_on(dir, engine.clone(), config);
+    (engine, db)
+}
+
 /// 2PC for every transaction of more than one batch.
 fn two_pc() -> ClientConfig {
     ClientConfig {
@@ -478,9 +487,7 @@ fn a_command_that_panics_is_aborted_and_releases_its_latches() {
 #[test]
 fn engine_write_failures_fail_commits_and_leave_nothing_half_done() {
     let _scenario = fail::scenario();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = FaultyEngine::new(rocks(dir.path()));
-    let db = open_on(dir, engine.clone(), two_pc());
+    let (engine, db) = open_faulty(two_pc());
     db.write(&KEYS, "old");
     for failing in 1..=3 {
         engine.fail_next_writes(failing);
@@ -655,9 +662,7 @@ fn bank_total_holds_with_client_deaths_and_lock_expiry() {
 #[test]
 fn a_pessimistic_rollback_reports_a_release_that_failed() {
     let _scenario = fail::scenario();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = FaultyEngine::new(rocks(dir.path()));
-    let db = open_on(dir, engine.clone(), quiet_two_pc());
+    let (engine, db) = open_faulty(quiet_two_pc());
     let mut txn = db.client.begin_pessimistic().unwrap();
     txn.lock_keys([b"a".to_vec(), b"h".to_vec()]).unwrap();
     // Both releases of the first region ("a") fail.

@@ -935,6 +935,17 @@ fn a_pessimistic_transaction_locks_as_it_goes_and_commits() {
     }
 }
 
+/// A client whose lock requests give up soon: a wait for a lock ends
+/// after 5 ms and a statement after 30 ms (the oracle's clock is manual,
+/// so a lock held in a test never expires meanwhile).
+fn impatient() -> Setup {
+    setup(ClientConfig {
+        lock_wait_timeout: Duration::from_millis(5),
+        resolve_timeout: Duration::from_millis(30),
+        ..ClientConfig::default()
+    })
+}
+
 /// `lock_keys` is all or nothing across regions: when a region's request
 /// fails (here a wait for another transaction's lock that times out), the
 /// keys the call locked in the other regions are released and leave the
@@ -942,11 +953,7 @@ fn a_pessimistic_transaction_locks_as_it_goes_and_commits() {
 /// statement; keys locked by earlier statements stay locked.
 #[test]
 fn lock_keys_gives_back_what_it_locked_when_a_region_fails() {
-    let s = setup(ClientConfig {
-        lock_wait_timeout: Duration::from_millis(20),
-        resolve_timeout: Duration::from_millis(100),
-        ..ClientConfig::default()
-    });
+    let s = impatient();
     let mut holder = s.client.begin_pessimistic().unwrap();
     holder.lock_keys([b"q".to_vec()]).unwrap();
     let mut txn = s.client.begin_pessimistic().unwrap();
@@ -1165,11 +1172,7 @@ fn a_read_for_update_of_a_locked_key_reads_the_latest_commit() {
 /// the transaction goes on as if the statement had not run.
 #[test]
 fn a_failed_lock_request_gives_back_the_keys_its_statement_locked() {
-    let s = setup(ClientConfig {
-        lock_wait_timeout: Duration::from_millis(5),
-        resolve_timeout: Duration::from_millis(30),
-        ..ClientConfig::default()
-    });
+    let s = impatient();
     let mut holder = s.client.begin_pessimistic().unwrap();
     holder.lock_keys([&b"q"[..]]).unwrap();
     // `a` (which would have been the primary) is locked, `q` is not to be
