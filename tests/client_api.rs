@@ -26,6 +26,7 @@ client_scenarios_on_both_engines! {
     a_closure_aborts_with_its_own_error_and_is_never_retried => abort_is_not_retried;
     damaged_records_are_removed_by_repair_and_handed_back => damaged_records_are_repaired;
     gc_resolves_every_region_before_collecting_any => gc_resolves_before_it_collects;
+    commits_after_a_read_ahead_of_the_oracle_are_seen_by_later_transactions => commits_after_a_read_ahead_are_seen;
 }
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
@@ -639,4 +640,66 @@ fn a_pessimistic_write_lands_above_a_commit_ahead_of_the_oracle_rocks() {
     a_pessimistic_write_lands_above_a_commit_ahead_of_the_oracle(
         percolate::engine::testing::temp_rocks_engine(),
     );
+}
+
+/// A snapshot read at a timestamp the oracle has not reached raises
+/// `max_ts` there, so the 1PC and async commits after it are computed
+/// above it: the oracle is moved past it first, so that a transaction
+/// beginning after those commits returned reads above them and sees them.
+fn commits_after_a_read_ahead_are_seen<E: Engine>(client: &Client<E>) {
+    use percolate::mvcc::TimeStamp;
+    let now = client.current_ts().unwrap();
+    let ahead = TimeStamp::compose(now.physical() + 30_000, 0);
+    assert_eq!(client.snapshot(ahead).get(b"a").unwrap(), None);
+    // One region: 1PC.
+    let mut txn = client.begin().unwrap();
+    txn.put(b"a", b"1");
+    let one_pc = txn.commit().unwrap();
+    assert_eq!(one_pc.protocol, percolate::CommitProtocol::OnePc);
+    assert!(one_pc.commit_ts > ahead, "{one_pc:?}");
+    let later = client.begin().unwrap();
+    assert!(later.start_ts() >= one_pc.commit_ts, "{later:?} {one_pc:?}");
+    assert_eq!(later.get(b"a").unwrap(), Some(b"1".to_vec()));
+    // Three regions: async commit, read ahead of the oracle again.
+    let ahead = TimeStamp::compose(client.current_ts().unwrap().physical() + 30_000, 0);
+    let pairs: Vec<_> = client.snapshot(ahead).scan::<&[u8]>(..).collect();
+    assert_eq!(pairs.len(), 1);
+    let mut txn = client.begin().unwrap();
+    for k in [&b"b"[..], b"h", b"q"] {
+        txn.put(k, b"2");
+    }
+    let async_commit = txn.commit().unwrap();
+    assert_eq!(
+        async_commit.protocol,
+        percolate::CommitProtocol::AsyncCommit
+    );
+    assert!(async_commit.commit_ts > ahead, "{async_commit:?}");
+    let later = client.begin().unwrap();
+    for k in [&b"b"[..], b"h", b"q"] {
+        assert_eq!(later.get(k).unwrap(), Some(b"2".to_vec()));
+    }
+}
+
+/// A read at a timestamp beyond the regions' `max_ts` limit (an hour
+/// ahead, where `Client::open` allows a minute) is refused, and the
+/// oracle stays where it was: a bogus timestamp does not drag every later
+/// one with it. One within the limit moves it.
+#[test]
+fn a_read_too_far_ahead_is_refused_and_leaves_the_oracle_alone() {
+    use percolate::mvcc::TimeStamp;
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::open(dir.path()).unwrap();
+    let now = client.current_ts().unwrap();
+    let far = TimeStamp::compose(now.physical() + 3_600_000, 0);
+    assert!(
+        matches!(
+            client.snapshot(far).get(b"k"),
+            Err(Error::InvalidMaxTsUpdate { .. })
+        ),
+        "a read an hour ahead"
+    );
+    assert!(client.current_ts().unwrap() < TimeStamp::compose(now.physical() + 60_000, 0));
+    let near = TimeStamp::compose(now.physical() + 20_000, 0);
+    assert_eq!(client.snapshot(near).get(b"k").unwrap(), None);
+    assert!(client.current_ts().unwrap() > near);
 }

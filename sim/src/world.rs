@@ -67,6 +67,15 @@ impl TimestampOracle for CheckedOracle {
         self.check(ts, u64::from(count));
         Ok(ts)
     }
+
+    /// Advanced past `ts`, the oracle has in effect handed it out: what it
+    /// hands out next must be above it.
+    fn advance_past(&self, ts: TimeStamp) -> Result<()> {
+        self.inner.advance_past(ts)?;
+        let mut log = self.log.lock();
+        log.last = log.last.max(ts);
+        Ok(())
+    }
 }
 
 /// The choices a seed makes once, before the first step.

@@ -94,6 +94,23 @@ pub trait TimestampOracle: Send + Sync + 'static {
     /// is `[first, first + count)`. A `count` of zero is
     /// [`Error::InvalidRequest`].
     fn get_ts_batch(&self, count: u32) -> Result<TimeStamp>;
+
+    /// Makes every timestamp handed out from now on greater than `ts`:
+    /// called before a read at a timestamp the oracle may not have handed
+    /// out yet (a snapshot at a chosen, future timestamp). Such a read
+    /// raises the regions' `max_ts`, and the async-commit and 1PC commits
+    /// after it are computed above it; a transaction that begins after one
+    /// of them returned must read at a start_ts above that commit, or it
+    /// would miss it.
+    ///
+    /// The default does nothing, for an oracle that only ever serves reads
+    /// at its own timestamps; [`LocalOracle`] and [`CounterOracle`] move
+    /// their counter. A `ts` beyond the oracle's range is
+    /// [`Error::TimestampBeyondRange`].
+    fn advance_past(&self, ts: TimeStamp) -> Result<()> {
+        let _ = ts;
+        Ok(())
+    }
 }
 
 /// Wall-clock milliseconds since the Unix epoch; injectable.
@@ -421,6 +438,21 @@ impl Shared {
         Ok(TimeStamp::new(prev + 1))
     }
 
+    /// Moves the counter up to `ts` (if below it), after making the
+    /// durable limit exceed it: a crash then restarts the counter above
+    /// it, as it does above every timestamp handed out.
+    fn advance_past(&self, ts: TimeStamp) -> Result<()> {
+        if beyond_range(ts) {
+            return Err(Error::TimestampBeyondRange { ts });
+        }
+        let ts = ts.into_inner();
+        if ts >= self.limit.load(Ordering::Acquire) {
+            self.extend_limit(ts)?;
+        }
+        self.last.fetch_max(ts, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Makes the durable limit exceed `last` (slow path).
     #[cold]
     fn extend_limit(&self, last: u64) -> Result<()> {
@@ -664,6 +696,10 @@ impl TimestampOracle for LocalOracle {
         check_batch(count)?;
         self.shared.allocate(u64::from(count))
     }
+
+    fn advance_past(&self, ts: TimeStamp) -> Result<()> {
+        self.shared.advance_past(ts)
+    }
 }
 
 impl fmt::Debug for LocalOracle {
@@ -730,6 +766,15 @@ impl TimestampOracle for CounterOracle {
     fn get_ts_batch(&self, count: u32) -> Result<TimeStamp> {
         check_batch(count)?;
         self.take(u64::from(count))
+    }
+
+    fn advance_past(&self, ts: TimeStamp) -> Result<()> {
+        let next = ts
+            .into_inner()
+            .checked_add(1)
+            .ok_or(Error::TimestampBeyondRange { ts })?;
+        self.next.fetch_max(next, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -887,6 +932,41 @@ mod tests {
         oracle.tick();
         let after = oracle.get_ts().unwrap();
         assert_eq!(after, TimeStamp::compose(T0 + 500, 1));
+    }
+
+    #[test]
+    fn advancing_past_a_timestamp_moves_the_counter_and_the_durable_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_clock, dyn_clock) = manual(T0);
+        let oracle =
+            LocalOracle::open_manual(dir.path(), Arc::clone(&dyn_clock), TimeStamp::zero())
+                .unwrap();
+        // Ten windows ahead: past the limit on disk, which moves first.
+        let ahead = TimeStamp::compose(T0 + 10 * PERSIST_WINDOW_MS, 7);
+        oracle.advance_past(ahead).unwrap();
+        assert!(stored_limit(dir.path()) > ahead.physical());
+        let next = oracle.get_ts().unwrap();
+        assert_eq!(next, ahead.next());
+        // Behind the counter: nothing moves.
+        oracle.advance_past(TimeStamp::compose(T0, 0)).unwrap();
+        assert_eq!(oracle.get_ts().unwrap(), next.next());
+        // A crash keeps the limit on disk: the reopened counter is above.
+        oracle.crash();
+        let reopened = LocalOracle::open_manual(dir.path(), dyn_clock, TimeStamp::zero()).unwrap();
+        assert!(reopened.get_ts().unwrap() > ahead);
+        // Beyond the range: refused, nothing moves.
+        let before = reopened.get_ts().unwrap();
+        assert!(matches!(
+            reopened.advance_past(TimeStamp::max()),
+            Err(Error::TimestampBeyondRange { .. })
+        ));
+        assert_eq!(reopened.get_ts().unwrap(), before.next());
+
+        let counter = CounterOracle::new(10);
+        counter.advance_past(TimeStamp::new(20)).unwrap();
+        assert_eq!(counter.get_ts().unwrap(), TimeStamp::new(21));
+        counter.advance_past(TimeStamp::new(5)).unwrap();
+        assert_eq!(counter.get_ts().unwrap(), TimeStamp::new(22));
     }
 
     #[test]

@@ -408,6 +408,29 @@ impl<E: Engine> Inner<E> {
             None => Ok(()),
         }
     }
+
+    /// Before a read at `ts`, a timestamp the oracle may not have handed
+    /// out: moves the oracle past it where the regions' `max_ts` limit
+    /// accepts it (see [`Client::snapshot`]). One it refuses is left
+    /// alone, and so is the oracle: a bogus far `ts` must not drag every
+    /// later timestamp with it (the read fails with
+    /// [`Error::InvalidMaxTsUpdate`]). A `ts` beyond the oracle's range is
+    /// refused by the read too; an oracle that cannot persist its move (an
+    /// unwritable state file) is not reported here, where
+    /// [`Client::snapshot`] has no error to return: the same failure
+    /// fails the commits that need a fresh limit.
+    fn read_ahead(&self, ts: TimeStamp) {
+        let accepted = self.cluster.regions().iter().all(|region| {
+            region
+                .storage()
+                .concurrency_manager()
+                .check_limit(ts)
+                .is_ok()
+        });
+        if accepted {
+            let _ = self.oracle.advance_past(ts);
+        }
+    }
 }
 
 /// A timestamp at or above every one in `engine`'s data: the newest
@@ -631,7 +654,13 @@ impl<E: Engine> Client<E> {
     /// the regions' `max_ts` to it; a client from [`Client::open`] refuses
     /// one too far ahead of the oracle (`InvalidMaxTsUpdate`).
     /// Versions below the last GC safe point may be gone.
+    ///
+    /// A `ts` ahead of the oracle that the regions accept moves the oracle
+    /// past it first: a read there raises `max_ts`, so the async-commit
+    /// and 1PC commits after it are computed above `ts`, and the
+    /// transactions that begin after those commits must read above them.
     pub fn snapshot(&self, ts: TimeStamp) -> Snapshot<E> {
+        self.inner.read_ahead(ts);
         Snapshot::new(self.inner.clone(), ts, self.inner.auto_gc.live.register(ts))
     }
 
@@ -968,5 +997,9 @@ impl TimestampOracle for CountedOracle {
     fn get_ts_batch(&self, count: u32) -> Result<TimeStamp> {
         self.metrics.oracle_call();
         self.inner.get_ts_batch(count)
+    }
+
+    fn advance_past(&self, ts: TimeStamp) -> Result<()> {
+        self.inner.advance_past(ts)
     }
 }

@@ -48,6 +48,12 @@ impl TimestampOracle for PrintingOracle {
         ));
         Ok(first)
     }
+
+    fn advance_past(&self, ts: TimeStamp) -> percolate::Result<()> {
+        self.inner.advance_past(ts)?;
+        line(format_args!("TS {}", ts.into_inner()));
+        Ok(())
+    }
 }
 
 /// The writer's stdout: a duplicate of file descriptor 1, written without
