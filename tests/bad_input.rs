@@ -750,6 +750,43 @@ fn a_corrupted_lock_record_is_reported_with_its_key_never_a_panic() {
     }
 }
 
+/// A commit record on disk at `key@ts` that claims its transaction
+/// started after `ts` (damaged, or written by another program): a rollback
+/// of `ts` there, which would mark it as another transaction's commit that
+/// overlaps, reports it as `Corruption` naming the key instead.
+#[test]
+fn a_commit_record_that_started_after_its_commit_ts_is_corruption_to_a_rollback() {
+    use percolate::mvcc::{Write, WriteType};
+    use percolate::txn::actions::check_txn_status::CheckTxnStatusOptions;
+    let db = open();
+    let now = db.client.oracle().get_ts().unwrap();
+    let key = Key::from_raw(b"h");
+    let record = Write::new(WriteType::Put, now.next(), Some(b"v".to_vec()));
+    poke(
+        &db.client,
+        Cf::Write,
+        key.clone().append_ts(now).into_encoded(),
+        &record.to_bytes(),
+    );
+    let storage = storage(&db.client, b"h");
+    let current_ts = db.client.oracle().get_ts().unwrap();
+    assert_corruption(
+        storage.cleanup(key.clone(), now, current_ts),
+        Cf::Write,
+        &key,
+    );
+    let options = CheckTxnStatusOptions {
+        current_ts,
+        rollback_if_not_exist: true,
+        ..Default::default()
+    };
+    assert_corruption(
+        storage.check_txn_status(key.clone(), now, options),
+        Cf::Write,
+        &key,
+    );
+}
+
 /// A lock on disk with a TTL beyond what any lock may live (written by
 /// another program, or damaged), whose primary was never prewritten, is
 /// judged by the longest TTL a lock may have

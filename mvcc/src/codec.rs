@@ -88,6 +88,15 @@ pub enum DecodeError {
     /// notification kind.
     #[error("unknown notification kind byte {0:#04x}")]
     BadNotifyKind(u8),
+    /// A commit record whose transaction started after the commit_ts in
+    /// its key: a correct writer commits above the start_ts.
+    #[error("a commit record at commit_ts {commit_ts} of a transaction started at {start_ts}")]
+    CommitBeforeStart {
+        /// The start_ts the record holds.
+        start_ts: u64,
+        /// The commit_ts in its key.
+        commit_ts: u64,
+    },
     /// The input was empty where a record was expected.
     #[error("empty {what}")]
     Empty {

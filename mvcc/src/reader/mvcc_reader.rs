@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 use percolate_engine::{Cf, EngineIterator, IterOptions, SeekMode, Snapshot};
 
 use super::{CfStatistics, Statistics};
-use crate::codec::encode_u64_desc;
+use crate::codec::{DecodeError, encode_u64_desc};
 use crate::{Error, Key, Lock, Result, TimeStamp, Write, WriteRef, WriteType};
 
 /// What the write CF says about the transaction `start_ts` on one key.
@@ -392,6 +392,16 @@ impl<S: Snapshot> MvccReader<S> {
                 }));
             }
             if commit_ts == start_ts {
+                if write.start_ts > commit_ts {
+                    // A rollback of `start_ts` would mark it overlapped as
+                    // if another transaction's commit were there.
+                    let e = DecodeError::CommitBeforeStart {
+                        start_ts: write.start_ts.into_inner(),
+                        commit_ts: commit_ts.into_inner(),
+                    };
+                    let stored = key.clone().append_ts(commit_ts);
+                    return Err(Error::corruption(Cf::Write, stored.as_encoded(), e));
+                }
                 return Ok(ControlFlow::Break(if write.has_overlapped_rollback {
                     TxnCommitRecord::OverlappedRollback { commit_ts }
                 } else {

@@ -169,10 +169,8 @@ pub(crate) fn make_rollback(
 ) -> Option<Write> {
     match overlapped_write {
         Some(OverlappedWrite { write, gc_fence }) => {
-            debug_assert!(
-                start_ts > write.start_ts,
-                "a commit at start_ts started before it"
-            );
+            // (A record claiming a start_ts above its commit_ts is
+            // refused as corrupt by the reader that found it.)
             (protection == RollbackProtection::Protected)
                 .then(|| write.set_overlapped_rollback(true, Some(gc_fence)))
         }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use percolate_engine::{Cf, Engine};
 use percolate_mvcc::codec::decode_bytes_in_place;
-use percolate_mvcc::{Key, KvPair, LockInfo, PairVisitor, TimeStamp, TsSet};
+use percolate_mvcc::{Key, KvPair, LockInfo, LockType, PairVisitor, TimeStamp, TsSet};
 
 use super::scan::ScanKind;
 use super::{Backoff, Deadline, Inner, key};
@@ -392,10 +392,31 @@ impl<E: Engine> Inner<E> {
                 caller_ts
             },
             current_ts,
+            // The key a lock names as primary may hold a lock of the same
+            // transaction that is not its primary: a stale pessimistic lock
+            // (given back by a failed statement, its release failed) names
+            // the primary that statement chose, and the transaction may
+            // since have chosen another and prewritten the old one as a
+            // secondary, whose TTL runs out without heart beats. Judged as
+            // a primary, that secondary would be rolled back under a
+            // transaction that then commits (tidb#42937): checked, it
+            // answers PrimaryMismatch instead (BEHAVIOUR G13, as TiKV's
+            // client always asks).
+            verify_is_primary: true,
+            // A pessimistic lock never commits: its primary, if missing
+            // or itself a bare pessimistic lock, is left without a
+            // rollback record (G9).
+            resolving_pessimistic_lock: lock.lock_type == LockType::Pessimistic,
             ..Default::default()
         };
         let primary = key(&lock.primary_lock);
         let status = match storage.check_txn_status(primary.clone(), lock.lock_version, options) {
+            // The lock's transaction has another primary: its owner is
+            // running or ended without deciding this lock; whichever, it
+            // is not this lock's to decide. In the way until its owner
+            // ends (then the primary it names holds no lock, and the
+            // check above answers).
+            Err(Error::Mvcc(percolate_mvcc::Error::PrimaryMismatch(_))) => return Ok(Fate::Alive),
             Err(Error::Mvcc(percolate_mvcc::Error::TxnNotFound { .. })) => {
                 // The primary is not prewritten (yet: prewrites run in
                 // parallel) and was never committed. Once this lock has

@@ -1322,3 +1322,60 @@ fn get_latest_asks_the_oracle_for_nothing() {
         before + 1
     );
 }
+
+/// A stale pessimistic lock names as its primary a key its transaction
+/// has since prewritten as a secondary (its statement gave the lock back
+/// and chose another primary; the release failed). The resolver checks
+/// the named key as a primary (TiKV's `verify_is_primary`, BEHAVIOUR G13):
+/// the secondary there answers PrimaryMismatch and is left alone, though
+/// its TTL ran out, so the transaction's commit at its real primary
+/// completes on it (tidb#42937). The stale lock stays in the way.
+#[test]
+fn a_stale_pessimistic_lock_does_not_roll_back_a_secondary_its_primary_names() {
+    let s = impatient();
+    let storage = s.client.cluster().region_for(b"a").storage();
+    let start_ts = s.client.oracle().get_ts().unwrap();
+    // "a": the stale pessimistic lock, naming "b" as its primary.
+    storage
+        .acquire_pessimistic_lock(
+            AcquirePessimisticLock::new(vec![key(b"a")], b"b".to_vec(), start_ts, start_ts)
+                .lock_ttl(100),
+        )
+        .unwrap();
+    // "b" and "c": the transaction's prewrite, primary "c".
+    for k in [&b"b"[..], b"c"] {
+        let prewrite = Prewrite::new(
+            vec![Mutation::put(key(k), b"written".to_vec())],
+            b"c".to_vec(),
+            start_ts,
+        )
+        .lock_ttl(100);
+        storage.write(prewrite).unwrap();
+    }
+    s.clock.advance(10_000);
+    let mut other = s.client.begin_pessimistic().unwrap();
+    assert!(
+        other.put(b"a", b"other").is_err(),
+        "the stale lock is in the way"
+    );
+    drop(other);
+    let lock = storage.mvcc_by_key(key(b"b")).unwrap().lock;
+    assert_eq!(lock.map(|l| l.ts), Some(start_ts), "the secondary's lock");
+    let commit_ts = s.client.oracle().get_ts().unwrap();
+    storage
+        .commit(vec![key(b"c")], start_ts, commit_ts)
+        .unwrap();
+    storage
+        .commit(vec![key(b"b")], start_ts, commit_ts)
+        .unwrap();
+    assert_eq!(
+        s.client.get_latest(b"b").unwrap(),
+        Some(b"written".to_vec())
+    );
+    // Once its transaction committed, the stale lock is resolved (a bare
+    // pessimistic lock commits as nothing).
+    let mut other = s.client.begin_pessimistic().unwrap();
+    other.put(b"a", b"other").unwrap();
+    other.commit().unwrap();
+    assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"other".to_vec()));
+}
