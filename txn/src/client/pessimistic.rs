@@ -218,8 +218,20 @@ impl<E: Engine> PessimisticTransaction<E> {
 
     /// Locks `key`, failing with `AlreadyExist` if it has a value, and sets
     /// it to `value` at commit.
+    ///
+    /// The transaction's own writes come first, as in TiDB: a key it
+    /// deleted does not exist for it (already locked, it is put), and a
+    /// key it put or inserted exists (`AlreadyExist` naming this
+    /// transaction's start_ts; the earlier write stays).
     pub fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
         let key = key.into();
+        if self.txn.buffers_delete(&key) {
+            self.txn.put(key, value);
+            return Ok(());
+        }
+        if self.txn.buffers_write(&key) {
+            return Err(self.txn.duplicate_error(&key));
+        }
         self.lock_one(&key, false, true)?;
         self.txn.insert(key, value);
         Ok(())

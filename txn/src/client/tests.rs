@@ -1379,3 +1379,56 @@ fn a_stale_pessimistic_lock_does_not_roll_back_a_secondary_its_primary_names() {
     other.commit().unwrap();
     assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"other".to_vec()));
 }
+
+/// An insert reads the transaction's own writes first, as TiDB's does: a
+/// key the transaction deleted does not exist for it (the insert puts it),
+/// one it put already exists (`AlreadyExist` naming the transaction; an
+/// optimistic transaction learns it at commit, where nothing is written, a
+/// pessimistic one at once, its earlier write kept).
+#[test]
+fn an_insert_reads_the_transactions_own_writes_first() {
+    let s = client();
+    commit(&s.client, &[("a", "1"), ("h", "1")]);
+    // Optimistic.
+    let mut txn = s.client.begin().unwrap();
+    txn.delete(b"a".to_vec());
+    txn.insert(b"a".to_vec(), b"2".to_vec());
+    txn.commit().unwrap();
+    assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"2".to_vec()));
+    let mut txn = s.client.begin().unwrap();
+    let start_ts = txn.start_ts();
+    txn.put(b"b".to_vec(), b"1".to_vec());
+    txn.insert(b"b".to_vec(), b"2".to_vec());
+    txn.put(b"q".to_vec(), b"1".to_vec());
+    match txn.commit() {
+        Err(Error::Mvcc(percolate_mvcc::Error::AlreadyExist {
+            key,
+            existing_start_ts,
+        })) => {
+            assert_eq!(key, Key::from_raw(b"b"));
+            assert_eq!(existing_start_ts, start_ts);
+        }
+        other => panic!("expected AlreadyExist, got {other:?}"),
+    }
+    assert_eq!(s.client.get_latest(b"b").unwrap(), None);
+    assert_eq!(s.client.get_latest(b"q").unwrap(), None);
+    // Pessimistic.
+    let mut txn = s.client.begin_pessimistic().unwrap();
+    txn.delete(b"h".to_vec()).unwrap();
+    txn.insert(b"h".to_vec(), b"3".to_vec()).unwrap();
+    txn.put(b"i".to_vec(), b"1".to_vec()).unwrap();
+    match txn.insert(b"i".to_vec(), b"2".to_vec()) {
+        Err(Error::Mvcc(percolate_mvcc::Error::AlreadyExist {
+            existing_start_ts, ..
+        })) => assert_eq!(existing_start_ts, txn.start_ts()),
+        other => panic!("expected AlreadyExist, got {other:?}"),
+    }
+    assert!(matches!(
+        txn.insert(b"a".to_vec(), b"4".to_vec()),
+        Err(Error::Mvcc(percolate_mvcc::Error::AlreadyExist { .. }))
+    ));
+    txn.commit().unwrap();
+    assert_eq!(s.client.get_latest(b"h").unwrap(), Some(b"3".to_vec()));
+    assert_eq!(s.client.get_latest(b"i").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"2".to_vec()));
+}

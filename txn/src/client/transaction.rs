@@ -132,6 +132,9 @@ pub struct Transaction<E: Engine = RocksEngine> {
     /// a read-only snapshot spares the clock read.
     began: Option<Instant>,
     buffer: BTreeMap<Vec<u8>, Op>,
+    /// The first key [`insert`](Self::insert)ed over this transaction's
+    /// own put or insert of it: the commit fails with `AlreadyExist`.
+    duplicate: Option<Vec<u8>>,
     /// Holds automatic GC's safe point below the start_ts while alive.
     _live: super::auto_gc::LiveTs,
 }
@@ -200,6 +203,7 @@ impl<E: Engine> Transaction<E> {
             start_ts,
             began: None,
             buffer: BTreeMap::new(),
+            duplicate: None,
             _live: live,
         }
     }
@@ -260,8 +264,41 @@ impl<E: Engine> Transaction<E> {
 
     /// Sets `key` to `value` at commit, which fails with `AlreadyExist` if
     /// the key exists then.
+    ///
+    /// The transaction's own writes come first, as in TiDB: a key this
+    /// transaction deleted does not exist for it, so the insert is a put;
+    /// a key it put or inserted already exists, so the commit fails with
+    /// `AlreadyExist` (naming this transaction's start_ts) and the earlier
+    /// write stays buffered.
     pub fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
-        self.buffer.insert(key.into(), Op::Insert(value.into()));
+        let key = key.into();
+        match self.buffer.get(&key) {
+            Some(Op::Delete) => {
+                self.buffer.insert(key, Op::Put(value.into()));
+            }
+            Some(Op::Put(_) | Op::Insert(_)) => {
+                self.duplicate.get_or_insert(key);
+            }
+            Some(Op::Lock) | None => {
+                self.buffer.insert(key, Op::Insert(value.into()));
+            }
+        }
+    }
+
+    /// Whether `key` is buffered as a delete (the caller, a pessimistic
+    /// transaction, holds its lock).
+    pub(super) fn buffers_delete(&self, key: &[u8]) -> bool {
+        matches!(self.buffer.get(key), Some(Op::Delete))
+    }
+
+    /// The error of an insert over this transaction's own put or insert of
+    /// `key`.
+    pub(super) fn duplicate_error(&self, key: &[u8]) -> Error {
+        percolate_mvcc::Error::AlreadyExist {
+            key: Key::from_raw(key),
+            existing_start_ts: self.start_ts,
+        }
+        .into()
     }
 
     /// Makes the commit fail with a write conflict if another transaction
@@ -396,6 +433,9 @@ impl<E: Engine> Transaction<E> {
     /// The checks `commit` makes before it sends anything: no empty key,
     /// every size within the [`Limit`](crate::Limit)s.
     pub(super) fn check_buffer(&self) -> Result<()> {
+        if let Some(key) = &self.duplicate {
+            return Err(self.duplicate_error(key));
+        }
         if self.buffer.contains_key(&[][..]) {
             return Err(Error::InvalidRequest {
                 reason: "a transaction cannot write the empty key",
