@@ -775,6 +775,81 @@ fn b13_memory_lock_fails_the_whole_scan<E: Engine>(f: MvccFixture<E>) {
     assert_eq!(scan(b"a", false, TsSet::new()).unwrap().len(), 4);
 }
 
+/// A16 with A11 / A13 / B7 / B8, and B13: at RcCheckTs a Put or Delete
+/// lock whose transaction is in `bypass_locks` is ignored and one in
+/// `access_locks` is read through, in point gets and scans, as at SI
+/// (TiKV's `check_ts_conflict_rc_check_ts` and its getter and scanner);
+/// and the memory lock of a prewrite in flight fails the read at once with
+/// its `WriteConflict` (TiKV checks memory locks at SI and RcCheckTs).
+fn a16_rc_check_ts_honours_bypass_and_access_locks_and_memory_locks<E: Engine>(f: MvccFixture<E>) {
+    f.put_committed(b"k", b"v1", 10, 20);
+    f.prewrite_put(b"k", b"v2", b"k", 30);
+    let rc = |b: PointGetterBuilder<E::Snap>| b.isolation_level(IsolationLevel::RcCheckTs);
+    let got = get_with(&f, b"k", 40, |b| rc(b).bypass_locks(set([30]))).unwrap();
+    assert_eq!(got.as_deref(), Some(&b"v1"[..]));
+    let got = get_with(&f, b"k", 40, |b| rc(b).access_locks(set([30]))).unwrap();
+    assert_eq!(got.as_deref(), Some(&b"v2"[..]));
+    assert!(matches!(
+        get_with(&f, b"k", 40, |b| rc(b).access_locks(set([31]))),
+        Err(Error::WriteConflict { .. })
+    ));
+    for reverse in [false, true] {
+        let bypassed = scan(&f, 40, reverse, |b| {
+            b.isolation_level(IsolationLevel::RcCheckTs)
+                .bypass_locks(set([30]))
+        });
+        assert_eq!(bypassed, vec!["k=v1".to_string()]);
+        let accessed = scan(&f, 40, reverse, |b| {
+            b.isolation_level(IsolationLevel::RcCheckTs)
+                .access_locks(set([30]))
+        });
+        assert_eq!(accessed, vec!["k=v2".to_string()]);
+    }
+
+    // The memory lock of a prewrite in flight on "m".
+    f.put_committed(b"m", b"v", 1, 2);
+    let cm = ConcurrencyManager::new(ts(1));
+    let guards = cm.lock_keys([Key::from_raw(b"m")]);
+    guards[0].set_lock(Lock::new(LockType::Put, b"m".to_vec(), ts(50), 3000));
+    let options = |bypass: TsSet| ReadOptions {
+        isolation_level: IsolationLevel::RcCheckTs,
+        bypass_locks: bypass,
+        ..Default::default()
+    };
+    let conflict = |result: Result<_, percolate::txn::Error>| match result {
+        Err(percolate::txn::Error::Mvcc(Error::WriteConflict {
+            conflict_start_ts,
+            conflict_commit_ts,
+            reason,
+            ..
+        })) => {
+            assert_eq!((conflict_start_ts, conflict_commit_ts), (ts(50), ts(0)));
+            assert_eq!(reason, WriteConflictReason::RcCheckTs);
+        }
+        other => panic!("expected the memory lock's WriteConflict, got {other:?}"),
+    };
+    let m = Key::from_raw(b"m");
+    conflict(read::get(f.engine(), &cm, &m, ts(45), &options(TsSet::new())).map(drop));
+    let request = ScanRequest {
+        start_key: Key::from_raw(b"l"),
+        end_key: Some(Key::from_raw(b"n")),
+        limit: 0,
+        ts: ts(45),
+        key_only: false,
+        reverse: false,
+    };
+    conflict(read::scan(f.engine(), &cm, &request, &options(TsSet::new())).map(drop));
+    let got = read::get(f.engine(), &cm, &m, ts(45), &options(set([50]))).unwrap();
+    assert_eq!(got.as_deref(), Some(&b"v"[..]));
+    assert_eq!(
+        read::scan(f.engine(), &cm, &request, &options(set([50])))
+            .unwrap()
+            .len(),
+        1
+    );
+    drop(guards);
+}
+
 // ------------------------------------------------ beyond the catalogue
 
 /// Key-only scans never read the default CF; long values are loaded from
@@ -1039,6 +1114,7 @@ on_both_engines!(
     a20_reads_advance_max_ts,
     b2_reverse_scan_argument_order,
     b13_memory_lock_fails_the_whole_scan,
+    a16_rc_check_ts_honours_bypass_and_access_locks_and_memory_locks,
     scan_key_only_and_long_values,
     point_get_costs_one_write_cf_lookup,
     scan_many_versions,

@@ -29,7 +29,7 @@
 //! could be read, so a hint older than it is never used.
 
 use percolate_engine::Engine;
-use percolate_mvcc::reader::check_lock_blocks_read;
+use percolate_mvcc::reader::check_lock_blocks_read_at;
 use percolate_mvcc::{
     IsolationLevel, Key, KvPair, PointGetter, PointGetterBuilder, Scanner, ScannerBuilder, TimeStamp,
     TsSet,
@@ -84,6 +84,20 @@ fn note_read(cm: &ConcurrencyManager, ts: TimeStamp, options: &ReadOptions) -> R
     Ok(())
 }
 
+/// How a read checks the memory locks of async-commit and 1PC prewrites
+/// in flight, as it checks the lock CF: at SI it waits one out (it lasts
+/// one engine write, and the read then finds its outcome); at RcCheckTs a
+/// Put or Delete one fails the read at once with a `WriteConflict`, as
+/// TiKV's `need_check_locks` has it; `None` at RC, which ignores locks.
+fn memory_lock_wait(options: &ReadOptions) -> Option<MemoryLockWait> {
+    match options.isolation_level {
+        IsolationLevel::Si => Some(MemoryLockWait::Configured),
+        IsolationLevel::RcCheckTs => Some(MemoryLockWait::Never),
+        // RC (the enum is open to levels that ignore locks).
+        _ => None,
+    }
+}
+
 /// The value of `key` at `ts`.
 pub fn get<E: Engine>(
     engine: &E,
@@ -94,9 +108,9 @@ pub fn get<E: Engine>(
 ) -> Result<Option<Vec<u8>>> {
     prefetch(engine, cm, key);
     note_read(cm, ts, options)?;
-    if options.isolation_level == IsolationLevel::Si {
-        cm.read_key(key, MemoryLockWait::Configured, |lock, key| {
-            check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
+    if let Some(wait) = memory_lock_wait(options) {
+        cm.read_key(key, wait, |lock, key| {
+            check_lock_blocks_read_at(lock, key, ts, options.isolation_level, &options.bypass_locks)
         })?;
     }
     Ok(point_getter(engine, cm, ts, options).get(key)?)
@@ -141,9 +155,9 @@ pub fn batch_get<E: Engine>(
         prefetch(engine, cm, key);
     }
     note_read(cm, ts, options)?;
-    if options.isolation_level == IsolationLevel::Si {
-        cm.read_keys(keys, MemoryLockWait::Configured, |lock, key| {
-            check_lock_blocks_read(lock, key, ts, &options.bypass_locks)
+    if let Some(wait) = memory_lock_wait(options) {
+        cm.read_keys(keys, wait, |lock, key| {
+            check_lock_blocks_read_at(lock, key, ts, options.isolation_level, &options.bypass_locks)
         })?;
     }
     let mut pairs = Vec::with_capacity(keys.len());
@@ -211,16 +225,18 @@ fn scanner<E: Engine>(
         (Some(request.start_key.clone()), request.end_key.clone())
     };
     note_read(cm, request.ts, options)?;
-    if options.isolation_level == IsolationLevel::Si {
-        cm.read_range(lower.as_ref(), upper.as_ref(), MemoryLockWait::Configured, |lock, key| {
-            check_lock_blocks_read(lock, key, request.ts, &options.bypass_locks)
+    if let Some(wait) = memory_lock_wait(options) {
+        cm.read_range(lower.as_ref(), upper.as_ref(), wait, |lock, key| {
+            let level = options.isolation_level;
+            check_lock_blocks_read_at(lock, key, request.ts, level, &options.bypass_locks)
         })?;
     }
     // Checked now, after max_ts and the memory locks, before the snapshot
     // is taken: see `ScannerBuilder::skip_lock_cf` for why locks written
     // after this cannot matter to this read.
-    // Only where the memory locks were checked (SI): an RcCheckTs scan
-    // skips them, and so must read the lock CF.
+    // Only at SI: an RcCheckTs scan reads the lock CF (its memory-lock
+    // check answers at once rather than waiting a prewrite out, and this
+    // path is kept to the level reads use most).
     let no_locks = options.isolation_level == IsolationLevel::Si && engine.holds_no_locks();
     // Without locks to read, the write-CF cursor may see any moment after
     // that check, as a snapshot taken then would: it reads the latest

@@ -136,7 +136,7 @@ pub(crate) fn check_lock_conflict(
 ) -> Result<LockDecision> {
     match policy.isolation_level {
         IsolationLevel::Rc => Ok(LockDecision::Ignore),
-        IsolationLevel::RcCheckTs => check_rc_ts(lock, key, ts),
+        IsolationLevel::RcCheckTs => check_rc_ts(lock, key, ts, policy),
         IsolationLevel::Si => check_si(lock, key, ts, policy),
     }
 }
@@ -163,9 +163,16 @@ fn check_si(lock: Lock, key: &Key, ts: TimeStamp, policy: &LockPolicy) -> Result
     Err(Error::KeyIsLocked(Box::new(lock.into_lock_info(raw_key))))
 }
 
-fn check_rc_ts(lock: Lock, key: &Key, ts: TimeStamp) -> Result<LockDecision> {
-    if never_blocks(&lock) {
+/// At RcCheckTs any Put or Delete lock conflicts, above the read ts too,
+/// unless its transaction is in `bypass_locks` (resolved: it cannot commit
+/// at or below the read ts) or in `access_locks` (committed: its value is
+/// read), as at SI.
+fn check_rc_ts(lock: Lock, key: &Key, ts: TimeStamp, policy: &LockPolicy) -> Result<LockDecision> {
+    if never_blocks(&lock) || policy.bypass_locks.contains(lock.ts) {
         return Ok(LockDecision::Ignore);
+    }
+    if policy.access_locks.contains(lock.ts) {
+        return Ok(LockDecision::ReadLock(Box::new(lock)));
     }
     Err(Error::WriteConflict {
         start_ts: ts,
@@ -187,8 +194,21 @@ pub fn check_lock_blocks_read(
     ts: TimeStamp,
     bypass_locks: &TsSet,
 ) -> Result<()> {
+    check_lock_blocks_read_at(lock, key, ts, IsolationLevel::Si, bypass_locks)
+}
+
+/// [`check_lock_blocks_read`] at `isolation_level`: at RcCheckTs a Put or
+/// Delete lock not in `bypass_locks` fails the read with a `WriteConflict`
+/// (reason RcCheckTs) whatever its ts; at RC nothing blocks.
+pub fn check_lock_blocks_read_at(
+    lock: &Lock,
+    key: &Key,
+    ts: TimeStamp,
+    isolation_level: IsolationLevel,
+    bypass_locks: &TsSet,
+) -> Result<()> {
     let policy = LockPolicy {
-        isolation_level: IsolationLevel::Si,
+        isolation_level,
         bypass_locks: bypass_locks.clone(),
         access_locks: TsSet::new(),
     };
