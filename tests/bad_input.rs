@@ -177,6 +177,73 @@ fn commands_refuse_a_zero_start_ts_and_write_nothing() {
     assert_nothing_written(&db.client);
 }
 
+/// A key made with `Key::from_encoded` of bytes that are not a
+/// memcomparable encoding is refused by every write command
+/// (InvalidRequest naming it) before anything is written: stored, it would
+/// make every later scan over it fail as corrupt.
+#[test]
+fn write_commands_refuse_a_key_that_is_not_an_encoding() {
+    let db = open();
+    let s = storage(&db.client, b"");
+    let start_ts = db.client.oracle().get_ts().unwrap();
+    let options = percolate::txn::actions::check_txn_status::CheckTxnStatusOptions {
+        rollback_if_not_exist: true,
+        current_ts: start_ts,
+        ..Default::default()
+    };
+    for bytes in [&b"k"[..], b"k\0\0\0\0\0\0\0\xf8trailing", b"kkkkkkkk\xff"] {
+        let bad = || Key::from_encoded(bytes.to_vec());
+        let refused = |result: percolate::Result<_>| match result {
+            Err(Error::InvalidRequest { key: Some(key), .. }) => assert_eq!(key, bad()),
+            other => panic!("expected InvalidRequest naming the key, got {other:?}"),
+        };
+        let put = Mutation::put(bad(), b"v".to_vec());
+        refused(
+            s.prewrite(Prewrite::new(vec![put], b"k".to_vec(), start_ts))
+                .map(drop),
+        );
+        refused(s.cleanup(bad(), start_ts, start_ts).map(drop));
+        refused(s.batch_rollback(vec![bad()], start_ts).map(drop));
+        refused(s.check_txn_status(bad(), start_ts, options).map(drop));
+        let lock = percolate::txn::commands::AcquirePessimisticLock::new(
+            vec![bad()],
+            b"k".to_vec(),
+            start_ts,
+            start_ts,
+        );
+        refused(s.acquire_pessimistic_lock(lock).map(drop));
+    }
+    assert_nothing_written(&db.client);
+}
+
+/// A pessimistic lock request at start_ts 0 is refused at once, also when
+/// another transaction holds its key and it asks to wait: it does not wait
+/// out its timeout first to learn that it names no transaction.
+#[test]
+fn a_lock_request_at_a_zero_start_ts_is_refused_without_waiting() {
+    use percolate::txn::commands::AcquirePessimisticLock;
+    let db = open();
+    let s = storage(&db.client, b"k");
+    let holder = db.client.oracle().get_ts().unwrap();
+    let key = || Key::from_raw(b"k");
+    s.acquire_pessimistic_lock(AcquirePessimisticLock::new(
+        vec![key()],
+        b"k".to_vec(),
+        holder,
+        holder,
+    ))
+    .unwrap();
+    let began = std::time::Instant::now();
+    let request =
+        AcquirePessimisticLock::new(vec![key()], b"k".to_vec(), TimeStamp::zero(), holder)
+            .wait_timeout(std::time::Duration::from_secs(5));
+    assert_invalid(s.acquire_pessimistic_lock(request));
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(2),
+        "it waited"
+    );
+}
+
 /// A command sent to a region that does not hold its keys (a client with
 /// a stale idea of the regions) fails with KeyNotInRegion and does
 /// nothing, whatever the command: the regions share one engine here, but a

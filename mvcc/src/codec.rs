@@ -483,6 +483,25 @@ pub fn decode_bytes_in_place(buf: &mut Vec<u8>) -> DecodeResult<()> {
     Ok(())
 }
 
+/// Checks that `encoded` is exactly one key written by [`encode_bytes`],
+/// without decoding it: the errors of [`decode_bytes_in_place`].
+///
+/// ```
+/// # use percolate_mvcc::codec::{check_encoded_bytes, encode_bytes, DecodeError};
+/// let mut buf = Vec::new();
+/// encode_bytes(&mut buf, b"key");
+/// assert_eq!(check_encoded_bytes(&buf), Ok(()));
+/// assert_eq!(check_encoded_bytes(b"key"), Err(DecodeError::UnexpectedEof { what: "memcomparable key group" }));
+/// ```
+pub fn check_encoded_bytes(encoded: &[u8]) -> DecodeResult<()> {
+    let mut rest = encoded;
+    decoded_len(&mut rest)?;
+    if !rest.is_empty() {
+        return Err(DecodeError::TrailingBytes { len: rest.len() });
+    }
+    Ok(())
+}
+
 /// Checks one ascending key as [`decode_bytes`] would and returns the
 /// length of its raw form, leaving `data` just after it.
 fn decoded_len(data: &mut &[u8]) -> DecodeResult<usize> {

@@ -19,8 +19,8 @@
 //! [`LockWaits::wake_up_delay`] later (if no release let them sooner), by
 //! when the oldest has normally taken the lock, and they go back to waiting
 //! on it. They are not woken for that: a waiter looks at its state again
-//! every wake-up delay, so it runs between one and two delays after the
-//! release. A waiter that is not the oldest does not starve: if the oldest
+//! at the latest one wake-up delay after the release, so it runs about
+//! one delay after it. A waiter that is not the oldest does not starve: if the oldest
 //! gave up or did not take the lock, the delay bounds how long the others
 //! sleep.
 //!

@@ -123,6 +123,14 @@ impl AcquirePessimisticLock {
                 key: None,
             });
         }
+        // (As `for_each_key` refuses it; checked here too, so that a
+        // request that would wait first is refused before it waits.)
+        if self.start_ts.is_zero() {
+            return Err(Error::InvalidRequest {
+                reason: "a transaction's start_ts cannot be zero",
+                key: None,
+            });
+        }
         if crate::oracle::beyond_range(self.start_ts)
             || crate::oracle::beyond_range(self.options.for_update_ts)
         {

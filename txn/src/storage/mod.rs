@@ -276,10 +276,17 @@ impl<E: Engine> Storage<E> {
         }
     }
 
-    /// The region's bounds check of a write command on `keys`.
+    /// The checks of a write command on `keys` before it runs: a
+    /// transactional key must be a valid encoding (a key made by
+    /// `Key::from_encoded` is not checked there, and one written would
+    /// fail every later scan over it as corrupt), and within the region.
     fn check_write<C: WriteCommand>(&self, cmd: &C, keys: &[Key]) -> Result<()> {
+        let footprint = cmd.footprint();
+        if footprint == Footprint::LatchKeys {
+            check_encoded(keys)?;
+        }
         match &self.bounds {
-            Some(bounds) => bounds.check(cmd.footprint(), keys),
+            Some(bounds) => bounds.check(footprint, keys),
             None => Ok(()),
         }
     }
@@ -1082,3 +1089,19 @@ fn finish_write<T>(
 
 #[cfg(test)]
 mod tests;
+
+/// Fails with `InvalidRequest` naming the first of `keys` that is not one
+/// memcomparable-encoded key (see [`Key::from_raw`]).
+fn check_encoded(keys: &[Key]) -> Result<()> {
+    let bad = keys
+        .iter()
+        .find(|key| percolate_mvcc::codec::check_encoded_bytes(key.as_encoded()).is_err());
+    match bad {
+        Some(key) => Err(Error::InvalidRequest {
+            reason: "a key that is not a memcomparable encoding (Key::from_encoded of bytes \
+                     that Key::from_raw did not make)",
+            key: Some(key.clone()),
+        }),
+        None => Ok(()),
+    }
+}
