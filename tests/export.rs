@@ -430,3 +430,29 @@ fn an_export_below_the_gc_safe_point_is_refused() {
     let now = client.current_ts().unwrap();
     client.export_range(b"", None, now, &out).unwrap();
 }
+
+/// A safe point given to `Client::gc` (point deletes, now) bounds exports
+/// as automatic GC's does: an export below it, which would miss the
+/// versions GC deleted, is refused.
+#[test]
+fn an_export_below_a_manual_gc_safe_point_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::open(dir.path()).unwrap();
+    let tss = write_history(&client, 10, 0..2);
+    let old = tss[0];
+    let safe_point = client.current_ts().unwrap();
+    let info = client.gc(safe_point).unwrap();
+    assert!(info.deleted_versions > 0, "{info:?}");
+    let out = dir.path().join("export");
+    match client.export_range(b"", None, old, &out) {
+        Err(Error::InvalidRequest { reason, .. }) => assert!(reason.contains("safe point")),
+        other => panic!("{other:?}"),
+    }
+    assert!(!out.exists(), "nothing was written");
+    drop(client);
+    // Kept across a restart.
+    let client = Client::open(dir.path()).unwrap();
+    assert!(client.export_range(b"", None, old, &out).is_err());
+    let now = client.current_ts().unwrap();
+    client.export_range(b"", None, now, &out).unwrap();
+}

@@ -232,7 +232,7 @@ fn add(total: &mut GcInfo, info: GcInfo) {
 }
 
 /// Reads a write-CF record for the engine's GC in compaction.
-fn decode_write(value: &[u8]) -> Option<GcRecord> {
+pub(super) fn decode_write(value: &[u8]) -> Option<GcRecord> {
     let write = WriteRef::parse(value).ok()?;
     Some(match write.write_type {
         WriteType::Put => GcRecord::Put {

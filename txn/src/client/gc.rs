@@ -40,7 +40,9 @@ impl<E: Engine> Client<E> {
     /// This collects with point deletes, now; automatic GC
     /// ([`gc_once`](Self::gc_once), [`AutoGcConfig`](super::AutoGcConfig))
     /// picks its safe point itself and lets RocksDB's compactions drop the
-    /// versions.
+    /// versions. Either way the engine keeps the safe point (the largest
+    /// it was given, across restarts on RocksDB): an export below it is
+    /// refused, as a read there could miss versions.
     pub fn gc(&self, safe_point: TimeStamp) -> Result<GcInfo> {
         self.check_writable()?;
         let mut total = GcInfo::default();
@@ -70,6 +72,14 @@ impl<E: Engine> Client<E> {
             total.found_versions += info.found_versions;
             total.deleted_versions += info.deleted_versions;
             total.deleted_values += info.deleted_values;
+        }
+        // Kept by the engine as automatic GC keeps its own (its
+        // compactions then drop no more than was deleted here).
+        for region in self.cluster().regions() {
+            region
+                .storage()
+                .engine()
+                .set_gc_safe_point(safe_point.into_inner(), super::auto_gc::decode_write)?;
         }
         let deleted = u64::try_from(total.deleted_versions).unwrap_or(u64::MAX);
         self.inner

@@ -68,9 +68,13 @@
 //! # What an application must do
 //!
 //! Register its observers ([`Client::observe`]) right after it opens the
-//! client, before its first write, in every process that writes: a write
-//! made while no observer watches its key gets no notification (nothing
-//! slows down a client that has none). An observer must be deterministic
+//! client, before its first write and before its workers run, in every
+//! process that writes: a write made while no observer watches its key
+//! gets no notification (nothing slows down a client that has none), and
+//! a worker that finds a notification no registered observer matches
+//! removes it (the notifications of an observer no longer registered go
+//! so; those written before a restart wait for the observers registered
+//! after it only if the workers start after them). An observer must be deterministic
 //! enough to run again: the transaction it runs in may be retried, or
 //! rolled back by a conflict, and it may run again for a later change. An
 //! observer that writes keys it watches itself runs forever.
