@@ -312,8 +312,20 @@ fn export_writes<S: percolate_engine::Snapshot>(
                     let default_key = Key::from_encoded_slice(user_key).append_ts(write.start_ts);
                     long_values.push(default_key.into_encoded());
                 }
-                sink.put(key, value)?;
-                tally.add_data(key, value);
+                if write.gc_fence.is_some_and(|fence| fence > ts) {
+                    // Its fence names the next data version's commit_ts,
+                    // above `ts` and so not exported: in the export none
+                    // is newer (a fence of zero), or every read above the
+                    // fence would take the version for one GC removed.
+                    let mut unfenced = write.to_owned();
+                    unfenced.gc_fence = Some(TimeStamp::zero());
+                    let bytes = unfenced.to_bytes();
+                    sink.put(key, &bytes)?;
+                    tally.add_data(key, &bytes);
+                } else {
+                    sink.put(key, value)?;
+                    tally.add_data(key, value);
+                }
             }
         }
         valid = cursor.next()?;
