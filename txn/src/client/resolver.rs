@@ -51,6 +51,12 @@ enum Fate {
     Pushed,
     /// Alive: wait.
     Alive,
+    /// The lock names as its primary a key where its transaction holds a
+    /// lock that is not its primary (`PrimaryMismatch`): a stale
+    /// pessimistic lock, left by a statement that gave its keys back and
+    /// chose another primary (its release failed). It says nothing of the
+    /// transaction, only of this lock.
+    Stale,
 }
 
 /// Splits a read's entries into pairs and locks. A whole read failing with
@@ -344,18 +350,27 @@ impl<E: Engine> Inner<E> {
         let mut fates: HashMap<TimeStamp, Fate> = HashMap::new();
         let mut alive = Vec::new();
         for lock in locks {
+            // A prewrite lock's primary decides its transaction, for every
+            // lock of it met here. A pessimistic lock's answer is its own:
+            // its primary may be a stale one (see `Fate::Stale`), whose
+            // missing lock says nothing of the transaction's other locks,
+            // live secondaries of its real primary among them.
+            let pessimistic = lock.lock_type == LockType::Pessimistic;
             let fate = match fates.get(&lock.lock_version) {
-                Some(fate) => *fate,
-                None => {
+                Some(fate) if !pessimistic => *fate,
+                _ => {
                     let fate = self.txn_fate(lock, caller_ts)?;
-                    fates.insert(lock.lock_version, fate);
+                    if !pessimistic {
+                        fates.insert(lock.lock_version, fate);
+                    }
                     fate
                 }
             };
             self.metrics.resolved(match fate {
                 Fate::Committed(_) => ResolveOutcome::Committed,
                 Fate::RolledBack => ResolveOutcome::RolledBack,
-                Fate::Pushed | Fate::Alive => ResolveOutcome::Alive,
+                Fate::Stale if pessimistic => ResolveOutcome::RolledBack,
+                Fate::Pushed | Fate::Alive | Fate::Stale => ResolveOutcome::Alive,
             });
             let commit_ts = match fate {
                 Fate::Committed(commit_ts) => commit_ts,
@@ -367,6 +382,25 @@ impl<E: Engine> Inner<E> {
                     continue;
                 }
                 Fate::Alive => {
+                    alive.push(lock);
+                    continue;
+                }
+                // Given back by its statement, so its transaction holds it
+                // no more: removed, as TiKV's client rolls back such a lock
+                // (BEHAVIOUR G13). (A prewrite lock is never stale: its
+                // primary is the commit's.)
+                Fate::Stale if pessimistic => {
+                    self.cluster
+                        .region_for(&lock.key)
+                        .storage()
+                        .pessimistic_rollback(
+                            vec![key(&lock.key)],
+                            lock.lock_version,
+                            lock.lock_for_update_ts,
+                        )?;
+                    continue;
+                }
+                Fate::Stale => {
                     alive.push(lock);
                     continue;
                 }
@@ -411,12 +445,9 @@ impl<E: Engine> Inner<E> {
         };
         let primary = key(&lock.primary_lock);
         let status = match storage.check_txn_status(primary.clone(), lock.lock_version, options) {
-            // The lock's transaction has another primary: its owner is
-            // running or ended without deciding this lock; whichever, it
-            // is not this lock's to decide. In the way until its owner
-            // ends (then the primary it names holds no lock, and the
-            // check above answers).
-            Err(Error::Mvcc(percolate_mvcc::Error::PrimaryMismatch(_))) => return Ok(Fate::Alive),
+            // The key the lock names holds a lock of its transaction that
+            // is not the primary: the lock is stale.
+            Err(Error::Mvcc(percolate_mvcc::Error::PrimaryMismatch(_))) => return Ok(Fate::Stale),
             Err(Error::Mvcc(percolate_mvcc::Error::TxnNotFound { .. })) => {
                 // The primary is not prewritten (yet: prewrites run in
                 // parallel) and was never committed. Once this lock has

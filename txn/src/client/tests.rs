@@ -1163,7 +1163,12 @@ fn a_read_for_update_of_a_locked_key_reads_the_latest_commit() {
     assert_eq!(txn.get_for_update(b"h").unwrap(), Some(b"2".to_vec()));
     txn.put(b"h", b"3").unwrap();
     assert_eq!(txn.get_for_update(b"h").unwrap(), Some(b"3".to_vec()));
+    // Inserted, deleted and inserted again: locked all along, a put.
+    txn.insert(b"j".to_vec(), b"1".to_vec()).unwrap();
+    txn.delete(b"j".to_vec()).unwrap();
+    txn.insert(b"j".to_vec(), b"2".to_vec()).unwrap();
     txn.commit().unwrap();
+    assert_eq!(s.client.get_latest(b"j").unwrap(), Some(b"2".to_vec()));
     assert_eq!(s.client.get_latest(b"h").unwrap(), Some(b"3".to_vec()));
 }
 
@@ -1329,7 +1334,9 @@ fn get_latest_asks_the_oracle_for_nothing() {
 /// the named key as a primary (TiKV's `verify_is_primary`, BEHAVIOUR G13):
 /// the secondary there answers PrimaryMismatch and is left alone, though
 /// its TTL ran out, so the transaction's commit at its real primary
-/// completes on it (tidb#42937). The stale lock stays in the way.
+/// completes on it (tidb#42937); the stale lock is rolled back, as TiKV's
+/// client does, and only it: the transaction's other locks met in the
+/// same round (its live secondary "d") are not judged by it.
 #[test]
 fn a_stale_pessimistic_lock_does_not_roll_back_a_secondary_its_primary_names() {
     let s = impatient();
@@ -1342,42 +1349,65 @@ fn a_stale_pessimistic_lock_does_not_roll_back_a_secondary_its_primary_names() {
                 .lock_ttl(100),
         )
         .unwrap();
-    // "b" and "c": the transaction's prewrite, primary "c".
-    for k in [&b"b"[..], b"c"] {
+    // "b", "c" and "d": the transaction's prewrite, primary "c" (kept
+    // alive, as heart beats would).
+    for (k, ttl) in [(&b"b"[..], 100), (b"c", 60_000), (b"d", 100)] {
         let prewrite = Prewrite::new(
             vec![Mutation::put(key(k), b"written".to_vec())],
             b"c".to_vec(),
             start_ts,
         )
-        .lock_ttl(100);
+        .lock_ttl(ttl);
         storage.write(prewrite).unwrap();
     }
     s.clock.advance(10_000);
     let mut other = s.client.begin_pessimistic().unwrap();
-    assert!(
-        other.put(b"a", b"other").is_err(),
-        "the stale lock is in the way"
-    );
-    drop(other);
-    let lock = storage.mvcc_by_key(key(b"b")).unwrap().lock;
-    assert_eq!(lock.map(|l| l.ts), Some(start_ts), "the secondary's lock");
-    let commit_ts = s.client.oracle().get_ts().unwrap();
-    storage
-        .commit(vec![key(b"c")], start_ts, commit_ts)
-        .unwrap();
-    storage
-        .commit(vec![key(b"b")], start_ts, commit_ts)
-        .unwrap();
-    assert_eq!(
-        s.client.get_latest(b"b").unwrap(),
-        Some(b"written".to_vec())
-    );
-    // Once its transaction committed, the stale lock is resolved (a bare
-    // pessimistic lock commits as nothing).
-    let mut other = s.client.begin_pessimistic().unwrap();
     other.put(b"a", b"other").unwrap();
     other.commit().unwrap();
     assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"other".to_vec()));
+    // Another stale lock, "e", names "f", where the transaction never
+    // locked anything. A writer meeting it and the live "d" in one round
+    // of resolution rolls "e" back (its primary has no lock: nothing of
+    // the transaction there) and leaves "d" alone: "f"'s answer is not
+    // the transaction's fate.
+    storage
+        .acquire_pessimistic_lock(
+            AcquirePessimisticLock::new(vec![key(b"e")], b"f".to_vec(), start_ts, start_ts)
+                .lock_ttl(100),
+        )
+        .unwrap();
+    let lock_info = |k: &[u8]| {
+        storage
+            .mvcc_by_key(key(k))
+            .unwrap()
+            .lock
+            .unwrap()
+            .into_lock_info(k.to_vec())
+    };
+    let locks = [lock_info(b"e"), lock_info(b"d")];
+    let mut pushed = Vec::new();
+    let caller = s.client.oracle().get_ts().unwrap();
+    let alive = s
+        .client
+        .inner
+        .resolve_locks(&locks, caller, &mut pushed)
+        .unwrap();
+    assert!(
+        alive.iter().any(|l| l.key == b"d") || pushed.contains(&start_ts),
+        "the live secondary is in the way: {alive:?} {pushed:?}"
+    );
+    assert_eq!(storage.mvcc_by_key(key(b"e")).unwrap().lock, None);
+    for k in [&b"b"[..], b"d"] {
+        let lock = storage.mvcc_by_key(key(k)).unwrap().lock;
+        assert_eq!(lock.map(|l| l.ts), Some(start_ts), "the secondary's lock");
+    }
+    let commit_ts = s.client.oracle().get_ts().unwrap();
+    for k in [&b"c"[..], b"b", b"d"] {
+        storage.commit(vec![key(k)], start_ts, commit_ts).unwrap();
+    }
+    for k in [&b"b"[..], b"c", b"d"] {
+        assert_eq!(s.client.get_latest(k).unwrap(), Some(b"written".to_vec()));
+    }
 }
 
 /// An insert reads the transaction's own writes first, as TiDB's does: a
@@ -1412,6 +1442,31 @@ fn an_insert_reads_the_transactions_own_writes_first() {
     }
     assert_eq!(s.client.get_latest(b"b").unwrap(), None);
     assert_eq!(s.client.get_latest(b"q").unwrap(), None);
+    // An insert undone by a delete still checks the key does not exist
+    // (TiDB's CheckNotExists), and writes nothing; inserted again, it is
+    // an insert again.
+    let mut txn = s.client.begin().unwrap();
+    txn.insert(b"c".to_vec(), b"1".to_vec());
+    txn.delete(b"c".to_vec());
+    assert_eq!(txn.get(b"c").unwrap(), None);
+    txn.commit().unwrap();
+    assert_eq!(s.client.get_latest(b"c").unwrap(), None);
+    for again in [false, true] {
+        let mut txn = s.client.begin().unwrap();
+        txn.insert(b"a".to_vec(), b"5".to_vec());
+        txn.delete(b"a".to_vec());
+        if again {
+            txn.insert(b"a".to_vec(), b"6".to_vec());
+        }
+        assert!(
+            matches!(
+                txn.commit(),
+                Err(Error::Mvcc(percolate_mvcc::Error::AlreadyExist { .. }))
+            ),
+            "\"a\" exists (inserted again: {again})"
+        );
+    }
+    assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"2".to_vec()));
     // Pessimistic.
     let mut txn = s.client.begin_pessimistic().unwrap();
     txn.delete(b"h".to_vec()).unwrap();
