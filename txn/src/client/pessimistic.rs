@@ -212,7 +212,7 @@ impl<E: Engine> PessimisticTransaction<E> {
     pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> Result<()> {
         let key = key.into();
         self.lock_unlocked(&key)?;
-        self.txn.delete(key);
+        self.txn.delete_locked(key);
         Ok(())
     }
 
