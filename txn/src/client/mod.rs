@@ -411,15 +411,23 @@ impl<E: Engine> Inner<E> {
 
     /// Before a read at `ts`, a timestamp the oracle may not have handed
     /// out: moves the oracle past it where the regions' `max_ts` limit
-    /// accepts it (see [`Client::snapshot`]). One it refuses is left
-    /// alone, and so is the oracle: a bogus far `ts` must not drag every
-    /// later timestamp with it (the read fails with
-    /// [`Error::InvalidMaxTsUpdate`]). A `ts` beyond the oracle's range is
-    /// refused by the read too; an oracle that cannot persist its move (an
-    /// unwritable state file) is not reported here, where
-    /// [`Client::snapshot`] has no error to return: the same failure
-    /// fails the commits that need a fresh limit.
+    /// accepts it (see [`Client::snapshot`]) and it is within that limit's
+    /// allowance ([`MaxTsLimit::DEFAULT_ALLOWANCE`]) of the wall clock.
+    /// Anything further is left alone, and so is the oracle: a bogus far
+    /// `ts` must not drag every later timestamp with it (the limit refuses
+    /// the read with [`Error::InvalidMaxTsUpdate`]), and reads that each
+    /// step a little past the oracle must not walk it away from the clock
+    /// (the limit follows the oracle, the clock does not). A read accepted
+    /// but not moved past, and one whose move the oracle fails to persist
+    /// (an unwritable state file, reported by its next `get_ts` that needs
+    /// a new limit), leave the commits computed above it ahead of the
+    /// oracle, as they were before this move existed.
     fn read_ahead(&self, ts: TimeStamp) {
+        let allowance_ms = MaxTsLimit::DEFAULT_ALLOWANCE.as_millis() as u64;
+        let now_ms = crate::oracle::Clock::now_ms(&crate::oracle::SystemClock);
+        if ts.physical() > now_ms.saturating_add(allowance_ms) {
+            return;
+        }
         let accepted = self.cluster.regions().iter().all(|region| {
             region
                 .storage()
@@ -655,8 +663,8 @@ impl<E: Engine> Client<E> {
     /// one too far ahead of the oracle (`InvalidMaxTsUpdate`).
     /// Versions below the last GC safe point may be gone.
     ///
-    /// A `ts` ahead of the oracle that the regions accept moves the oracle
-    /// past it first: a read there raises `max_ts`, so the async-commit
+    /// A `ts` ahead of the oracle that the regions accept, and at most a
+    /// minute ahead of the wall clock, moves the oracle past it first: a read there raises `max_ts`, so the async-commit
     /// and 1PC commits after it are computed above `ts`, and the
     /// transactions that begin after those commits must read above them.
     pub fn snapshot(&self, ts: TimeStamp) -> Snapshot<E> {
