@@ -813,6 +813,39 @@ mod tests {
         assert!(engine.holds_no_locks());
     }
 
+    /// Two records of one lock key in one batch end as the later one says,
+    /// in RocksDB and in the lock mirror alike, whichever table (RocksDB,
+    /// or memory only for a pessimistic `S` lock) held it before: a
+    /// prewrite lock put then deleted leaves nothing, and one put then
+    /// replaced by a memory-only lock leaves only that one; after a
+    /// reopen, RocksDB holds nothing.
+    fn one_batch_of_two_records_of_a_lock_ends_as_the_later_says<E: Engine>(engine: E) {
+        let write = |f: &dyn Fn(&mut WriteBatch)| {
+            let mut batch = WriteBatch::new();
+            f(&mut batch);
+            engine.write(&batch, WriteOptions::default()).unwrap();
+        };
+        let locks = |view: &dyn Fn() -> Vec<(Vec<u8>, Vec<u8>)>| view();
+        write(&|b| b.put(Cf::Lock, b"k".to_vec(), b"S-1".to_vec()));
+        write(&|b| {
+            b.put(Cf::Lock, b"k".to_vec(), b"P-2".to_vec());
+            b.delete(Cf::Lock, b"k".to_vec());
+        });
+        assert_eq!(engine.latest().get(Cf::Lock, b"k").unwrap(), None);
+        let all = || testing::collect_forward(&engine.snapshot(), Cf::Lock, IterOptions::new());
+        assert!(locks(&all).is_empty(), "{:?}", locks(&all));
+        assert!(engine.holds_no_locks());
+        write(&|b| {
+            b.put(Cf::Lock, b"j".to_vec(), b"P-3".to_vec());
+            b.put(Cf::Lock, b"j".to_vec(), b"S-4".to_vec());
+        });
+        assert_eq!(locks(&all), vec![(b"j".to_vec(), b"S-4".to_vec())]);
+        assert_eq!(
+            engine.latest().get(Cf::Lock, b"j").unwrap().as_deref(),
+            Some(&b"S-4"[..])
+        );
+    }
+
     /// A snapshot's lock get agrees with the rest of the snapshot while
     /// another thread puts and deletes the lock: each write also sets a
     /// marker saying whether the lock is there, and every snapshot must
@@ -881,6 +914,23 @@ mod tests {
     #[test]
     fn latest_lock_reads_follow_writes_on_rocks() {
         latest_lock_reads_follow_writes(temp_rocks_engine());
+    }
+
+    #[test]
+    fn one_batch_of_two_records_of_a_lock_on_memory() {
+        one_batch_of_two_records_of_a_lock_ends_as_the_later_says(MemoryEngine::new());
+    }
+
+    #[test]
+    fn one_batch_of_two_records_of_a_lock_on_rocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = RocksEngine::open(dir.path()).unwrap();
+        one_batch_of_two_records_of_a_lock_ends_as_the_later_says(engine.clone());
+        drop(engine);
+        // What RocksDB itself holds: no prewrite lock of either key.
+        let engine = RocksEngine::open(dir.path()).unwrap();
+        assert_eq!(engine.latest().get(Cf::Lock, b"k").unwrap(), None);
+        assert_eq!(engine.latest().get(Cf::Lock, b"j").unwrap(), None);
     }
 
     /// A write-CF scan cursor of a RocksDB latest view comes from a pool

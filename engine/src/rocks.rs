@@ -906,18 +906,34 @@ impl RocksEngine {
         // RocksDB copies keys into the batch: one scratch buffer serves all.
         let mut stored = Vec::new();
         let locks = &self.inner.locks;
-        for modify in batch.modifies() {
+        let modifies = batch.modifies();
+        // Lock-CF puts for RocksDB so far in this batch: the mirror's state
+        // before the batch does not know of them (it takes the batch in
+        // order once written), so a later record of the same key in the
+        // batch looks for them here (a scan of the records before it, only
+        // in a batch that has such a put, which the transaction commands
+        // never follow with a record of the same key).
+        let mut rocks_lock_puts = false;
+        let put_here = |i: usize, key: &[u8]| {
+            modifies[..i].iter().any(|earlier| {
+                matches!(earlier, Modify::Put { cf: Cf::Lock, key: k, value }
+                    if k.as_slice() == key && !is_memory_only(Cf::Lock, value))
+            })
+        };
+        for (i, modify) in modifies.iter().enumerate() {
             match modify {
                 Modify::Put { cf, key, value } if is_memory_only(*cf, value) => {
                     // Kept by the lock mirror only. A lock RocksDB holds
-                    // for the key (one from before this process) goes, so
-                    // that no key is in both.
-                    if locks.holds_in_rocksdb(key) {
+                    // for the key (one from before this process, or one
+                    // put earlier in this batch) goes, so that no key is
+                    // in both.
+                    if locks.holds_in_rocksdb(key) || (rocks_lock_puts && put_here(i, key)) {
                         set_data_key(&mut stored, key);
                         made_for(&mut made, size).delete_cf(handles.get(*cf)?, &stored);
                     }
                 }
                 Modify::Put { cf, key, value } => {
+                    rocks_lock_puts |= *cf == Cf::Lock;
                     // A key with no ts suffix is no commit (its bucket's
                     // in-memory ceiling is already the largest ts).
                     if *cf == Cf::Write && crate::write_key_prefix(key).is_some() {
@@ -926,8 +942,10 @@ impl RocksEngine {
                     set_data_key(&mut stored, key);
                     made_for(&mut made, size).put_cf(handles.get(*cf)?, &stored, value)
                 }
-                // Nothing to delete from RocksDB.
-                Modify::Delete { cf: Cf::Lock, key } if locks.holds_memory_only(key) => {}
+                // Nothing to delete from RocksDB (unless put there earlier
+                // in this batch).
+                Modify::Delete { cf: Cf::Lock, key }
+                    if locks.holds_memory_only(key) && !(rocks_lock_puts && put_here(i, key)) => {}
                 Modify::Delete { cf, key } => {
                     set_data_key(&mut stored, key);
                     made_for(&mut made, size).delete_cf(handles.get(*cf)?, &stored)
