@@ -28,10 +28,9 @@ pub(super) enum Op {
     Delete,
     Insert(Vec<u8>),
     Lock,
-    /// A delete of a key this transaction inserted: the key does not exist
-    /// for it, and the commit checks that it does not exist (TiDB's
-    /// `CheckNotExists`), writing nothing.
-    CheckNotExists,
+    /// A delete of a key this transaction inserted: committed as a delete,
+    /// and an insert over it is an insert again (checked not to exist).
+    DeleteInserted,
 }
 
 impl Op {
@@ -42,7 +41,7 @@ impl Op {
             Op::Delete => Mutation::delete(key),
             Op::Insert(v) => Mutation::insert(key, v),
             Op::Lock => Mutation::lock(key),
-            Op::CheckNotExists => Mutation::check_not_exists(key),
+            Op::DeleteInserted => Mutation::delete(key),
         }
     }
 }
@@ -223,7 +222,7 @@ impl<E: Engine> Transaction<E> {
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         match self.buffer.get(key) {
             Some(Op::Put(value) | Op::Insert(value)) => Ok(Some(value.clone())),
-            Some(Op::Delete | Op::CheckNotExists) => Ok(None),
+            Some(Op::Delete | Op::DeleteInserted) => Ok(None),
             Some(Op::Lock) | None => self.client.get(key, self.start_ts, &ReadOptions::default()),
         }
     }
@@ -243,7 +242,7 @@ impl<E: Engine> Transaction<E> {
         keys.iter()
             .map(|k| match self.buffer.get(*k) {
                 Some(Op::Put(v) | Op::Insert(v)) => Ok(Some(v.clone())),
-                Some(Op::Delete | Op::CheckNotExists) => Ok(None),
+                Some(Op::Delete | Op::DeleteInserted) => Ok(None),
                 Some(Op::Lock) | None => Ok(found.get(*k).cloned()),
             })
             .collect()
@@ -262,13 +261,11 @@ impl<E: Engine> Transaction<E> {
         self.buffer.insert(key.into(), Op::Put(value.into()));
     }
 
-    /// Deletes `key` at commit. A key this transaction inserted is then
-    /// checked not to exist at commit, as the insert would have been, and
-    /// nothing is written for it.
+    /// Deletes `key` at commit.
     pub fn delete(&mut self, key: impl Into<Vec<u8>>) {
         let key = key.into();
         let op = match self.buffer.get(&key) {
-            Some(Op::Insert(_) | Op::CheckNotExists) => Op::CheckNotExists,
+            Some(Op::Insert(_) | Op::DeleteInserted) => Op::DeleteInserted,
             _ => Op::Delete,
         };
         self.buffer.insert(key, op);
@@ -279,10 +276,11 @@ impl<E: Engine> Transaction<E> {
     ///
     /// The transaction's own writes come first, as in TiDB: a key this
     /// transaction deleted does not exist for it, so the insert is a put
-    /// (still checked not to exist at commit where the delete undid the
-    /// transaction's own insert); a key it put or inserted already exists,
-    /// so the commit fails with `AlreadyExist` (naming this transaction's
-    /// start_ts) and the earlier write stays buffered.
+    /// (an insert again where the delete undid the transaction's own
+    /// insert: its check that the key does not exist stands); a key it put
+    /// or inserted already exists, so the commit fails with `AlreadyExist`
+    /// (naming this transaction's start_ts) and the earlier write stays
+    /// buffered.
     pub fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
         let key = key.into();
         match self.buffer.get(&key) {
@@ -292,7 +290,7 @@ impl<E: Engine> Transaction<E> {
             Some(Op::Put(_) | Op::Insert(_)) => {
                 self.duplicate.get_or_insert(key);
             }
-            Some(Op::Lock | Op::CheckNotExists) | None => {
+            Some(Op::Lock | Op::DeleteInserted) | None => {
                 self.buffer.insert(key, Op::Insert(value.into()));
             }
         }
@@ -447,7 +445,7 @@ impl<E: Engine> Transaction<E> {
     pub(super) fn buffers_write(&self, key: &[u8]) -> bool {
         matches!(
             self.buffer.get(key),
-            Some(Op::Put(_) | Op::Insert(_) | Op::Delete | Op::CheckNotExists)
+            Some(Op::Put(_) | Op::Insert(_) | Op::Delete | Op::DeleteInserted)
         )
     }
 
@@ -466,7 +464,7 @@ impl<E: Engine> Transaction<E> {
         crate::errors::check_write_size(self.buffer.iter().map(|(k, op)| {
             let value_len = match op {
                 Op::Put(v) | Op::Insert(v) => v.len(),
-                Op::Delete | Op::Lock | Op::CheckNotExists => 0,
+                Op::Delete | Op::Lock | Op::DeleteInserted => 0,
             };
             (k.len(), value_len)
         }))
