@@ -217,6 +217,21 @@ fn d1_acquire_repeat_and_raise_for_update_ts<E: Engine>(f: TxnFixture<E>) {
     assert_eq!(f.must_locked(b"k", 35).for_update_ts, ts(37));
     f.must_get(b"k", 40, b"old");
     assert!(f.writes(b"k").len() == 1, "no record was written");
+    // A request naming another primary at the same for_update_ts (the
+    // transaction chose a new one after giving a statement's keys back)
+    // takes the lock over for it, for_update_ts kept.
+    f.must_acquire_pessimistic_lock(b"k", b"p", 35, 37);
+    let lock = f.must_locked(b"k", 35);
+    assert_eq!(
+        (lock.primary.as_slice(), lock.for_update_ts),
+        (&b"p"[..], ts(37))
+    );
+    f.must_acquire_pessimistic_lock(b"k", b"q", 35, 36);
+    let lock = f.must_locked(b"k", 35);
+    assert_eq!(
+        (lock.primary.as_slice(), lock.for_update_ts),
+        (&b"q"[..], ts(37))
+    );
 }
 
 /// D2: a commit newer than for_update_ts is a PessimisticRetry conflict;

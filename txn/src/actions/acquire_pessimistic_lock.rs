@@ -212,16 +212,23 @@ fn lock_again<S: Snapshot>(
     } else {
         None
     };
-    if for_update_ts > lock.for_update_ts {
-        let raised = Lock {
+    // A lock naming another primary was left by a statement of this
+    // transaction that gave its keys back and whose release failed: the
+    // request takes it over for the primary it names now (a resolver
+    // judging the lock by its old primary would find that key no primary
+    // of the transaction, and roll the lock back as stale).
+    let new_primary = lock.primary != options.primary;
+    if for_update_ts > lock.for_update_ts || new_primary {
+        let raised = for_update_ts > lock.for_update_ts;
+        let taken = Lock {
             primary: options.primary.clone(),
-            for_update_ts,
+            for_update_ts: for_update_ts.max(lock.for_update_ts),
             ttl: super::clamp_ttl(options.lock_ttl),
             min_commit_ts: options.min_commit_ts,
-            is_locked_with_conflict: false,
+            is_locked_with_conflict: lock.is_locked_with_conflict && !raised,
             ..lock
         };
-        txn.put_lock(key, &raised);
+        txn.put_lock(key, &taken);
     }
     Ok(PessimisticLockKeyResult::new(options, value, conflict_ts))
 }
