@@ -52,6 +52,7 @@
 //! transaction before, 10% after. The default CF (long values, appended in
 //! key order) keeps the plain insert.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -910,16 +911,12 @@ impl RocksEngine {
         // Lock-CF puts for RocksDB so far in this batch: the mirror's state
         // before the batch does not know of them (it takes the batch in
         // order once written), so a later record of the same key in the
-        // batch looks for them here (a scan of the records before it, only
-        // in a batch that has such a put, which the transaction commands
-        // never follow with a record of the same key).
+        // batch looks for them here. The set is built at the first such
+        // look-up, from the records before it, and kept up to date after:
+        // a batch with no lock put for RocksDB (a 1PC commit) never builds
+        // it, and a group of many commands builds it once.
         let mut rocks_lock_puts = false;
-        let put_here = |i: usize, key: &[u8]| {
-            modifies[..i].iter().any(|earlier| {
-                matches!(earlier, Modify::Put { cf: Cf::Lock, key: k, value }
-                    if k.as_slice() == key && !is_memory_only(Cf::Lock, value))
-            })
-        };
+        let mut put_keys: Option<HashSet<&[u8]>> = None;
         for (i, modify) in modifies.iter().enumerate() {
             match modify {
                 Modify::Put { cf, key, value } if is_memory_only(*cf, value) => {
@@ -927,13 +924,20 @@ impl RocksEngine {
                     // for the key (one from before this process, or one
                     // put earlier in this batch) goes, so that no key is
                     // in both.
-                    if locks.holds_in_rocksdb(key) || (rocks_lock_puts && put_here(i, key)) {
+                    if locks.holds_in_rocksdb(key)
+                        || (rocks_lock_puts && put_here(&mut put_keys, modifies, i, key))
+                    {
                         set_data_key(&mut stored, key);
                         made_for(&mut made, size).delete_cf(handles.get(*cf)?, &stored);
                     }
                 }
                 Modify::Put { cf, key, value } => {
-                    rocks_lock_puts |= *cf == Cf::Lock;
+                    if *cf == Cf::Lock {
+                        rocks_lock_puts = true;
+                        if let Some(put_keys) = &mut put_keys {
+                            put_keys.insert(key);
+                        }
+                    }
                     // A key with no ts suffix is no commit (its bucket's
                     // in-memory ceiling is already the largest ts).
                     if *cf == Cf::Write && crate::write_key_prefix(key).is_some() {
@@ -945,7 +949,8 @@ impl RocksEngine {
                 // Nothing to delete from RocksDB (unless put there earlier
                 // in this batch).
                 Modify::Delete { cf: Cf::Lock, key }
-                    if locks.holds_memory_only(key) && !(rocks_lock_puts && put_here(i, key)) => {}
+                    if locks.holds_memory_only(key)
+                        && !(rocks_lock_puts && put_here(&mut put_keys, modifies, i, key)) => {}
                 Modify::Delete { cf, key } => {
                     set_data_key(&mut stored, key);
                     made_for(&mut made, size).delete_cf(handles.get(*cf)?, &stored)
@@ -989,6 +994,31 @@ impl<'a> Handles<'a> {
 /// data prefix and the key and value.
 fn rocks_batch_size(batch: &WriteBatch) -> usize {
     12 + batch.size() + 14 * batch.len()
+}
+
+/// Whether a record before `modifies[i]` puts the lock of `key` into
+/// RocksDB: `set` holds the keys of such puts once built (here, from the
+/// records before `i`, at the first call; the caller adds later ones).
+fn put_here<'a>(
+    set: &mut Option<HashSet<&'a [u8]>>,
+    modifies: &'a [Modify],
+    i: usize,
+    key: &[u8],
+) -> bool {
+    set.get_or_insert_with(|| {
+        modifies[..i]
+            .iter()
+            .filter_map(|earlier| match earlier {
+                Modify::Put {
+                    cf: Cf::Lock,
+                    key,
+                    value,
+                } if !is_memory_only(Cf::Lock, value) => Some(key.as_slice()),
+                _ => None,
+            })
+            .collect()
+    })
+    .contains(key)
 }
 
 /// A RocksDB snapshot and the read options of its point reads.
