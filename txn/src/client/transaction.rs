@@ -261,7 +261,11 @@ impl<E: Engine> Transaction<E> {
         self.buffer.insert(key.into(), Op::Put(value.into()));
     }
 
-    /// Deletes `key` at commit.
+    /// Deletes `key` at commit. It replaces an earlier [`insert`](Self::insert)
+    /// of the key by this transaction, and the insert's check that the key
+    /// does not exist goes with it (TiDB keeps that check; here a key
+    /// only checked, with no lock, could not be the commit's primary or an
+    /// async-commit secondary); an insert after the delete checks again.
     pub fn delete(&mut self, key: impl Into<Vec<u8>>) {
         let key = key.into();
         let op = match self.buffer.get(&key) {
