@@ -153,6 +153,59 @@ fn a_read_far_ahead_of_the_oracle_cannot_poison_max_ts() {
     assert_eq!(s.concurrency_manager().max_ts(), near);
 }
 
+/// Every transactional write command for the one key `key()` and the
+/// transaction `start_ts`, run on `s`: each answer, named.
+fn each_write_command(
+    s: &Storage,
+    key: impl Fn() -> Key,
+    start_ts: TimeStamp,
+) -> Vec<(&'static str, percolate::Result<()>)> {
+    use percolate::txn::actions::check_txn_status::CheckTxnStatusOptions;
+    use percolate::txn::commands::AcquirePessimisticLock;
+    let later = TimeStamp::new(start_ts.into_inner() + 10);
+    let options = CheckTxnStatusOptions {
+        rollback_if_not_exist: true,
+        current_ts: later,
+        ..Default::default()
+    };
+    let put = Mutation::put(key(), b"v".to_vec());
+    let lock = AcquirePessimisticLock::new(vec![key()], b"k".to_vec(), start_ts, start_ts);
+    vec![
+        (
+            "prewrite",
+            s.prewrite(Prewrite::new(vec![put], b"k".to_vec(), start_ts))
+                .map(drop),
+        ),
+        (
+            "acquire_pessimistic_lock",
+            s.acquire_pessimistic_lock(lock).map(drop),
+        ),
+        ("commit", s.commit(vec![key()], start_ts, later).map(drop)),
+        ("cleanup", s.cleanup(key(), start_ts, later).map(drop)),
+        (
+            "batch_rollback",
+            s.batch_rollback(vec![key()], start_ts).map(drop),
+        ),
+        (
+            "check_txn_status",
+            s.check_txn_status(key(), start_ts, options).map(drop),
+        ),
+        (
+            "check_secondary_locks",
+            s.check_secondary_locks(vec![key()], start_ts).map(drop),
+        ),
+        (
+            "txn_heart_beat",
+            s.txn_heart_beat(key(), start_ts, 10).map(drop),
+        ),
+        (
+            "resolve_lock_lite",
+            s.resolve_lock_lite(vec![key()], start_ts, TimeStamp::zero())
+                .map(drop),
+        ),
+    ]
+}
+
 /// A zero start_ts names no transaction: every command that acts for one
 /// refuses it (InvalidRequest) and writes nothing; before, a cleanup or a
 /// rollback at ts 0 recorded a Rollback there.
@@ -160,19 +213,13 @@ fn a_read_far_ahead_of_the_oracle_cannot_poison_max_ts() {
 fn commands_refuse_a_zero_start_ts_and_write_nothing() {
     let db = open();
     let s = storage(&db.client, b"k");
-    let (zero, key) = (TimeStamp::zero(), || Key::from_raw(b"k"));
-    let ts = |v| TimeStamp::new(v);
-    let options = percolate::txn::actions::check_txn_status::CheckTxnStatusOptions {
-        rollback_if_not_exist: true,
-        ..Default::default()
-    };
-    assert_invalid(s.commit(vec![key()], zero, ts(10)));
-    assert_invalid(s.cleanup(key(), zero, zero));
-    assert_invalid(s.batch_rollback(vec![key()], zero));
-    assert_invalid(s.check_txn_status(key(), zero, options));
-    assert_invalid(s.check_secondary_locks(vec![key()], zero));
-    assert_invalid(s.txn_heart_beat(key(), zero, 10));
-    assert_invalid(s.resolve_lock_lite(vec![key()], zero, zero));
+    let zero = TimeStamp::zero();
+    for (command, result) in each_write_command(s, || Key::from_raw(b"k"), zero) {
+        assert!(
+            matches!(result, Err(Error::InvalidRequest { .. })),
+            "{command}: {result:?}"
+        );
+    }
     assert_invalid(s.resolve_lock(zero, zero, None, None));
     assert_nothing_written(&db.client);
 }
@@ -186,32 +233,16 @@ fn write_commands_refuse_a_key_that_is_not_an_encoding() {
     let db = open();
     let s = storage(&db.client, b"");
     let start_ts = db.client.oracle().get_ts().unwrap();
-    let options = percolate::txn::actions::check_txn_status::CheckTxnStatusOptions {
-        rollback_if_not_exist: true,
-        current_ts: start_ts,
-        ..Default::default()
-    };
     for bytes in [&b"k"[..], b"k\0\0\0\0\0\0\0\xf8trailing", b"kkkkkkkk\xff"] {
         let bad = || Key::from_encoded(bytes.to_vec());
-        let refused = |result: percolate::Result<_>| match result {
-            Err(Error::InvalidRequest { key: Some(key), .. }) => assert_eq!(key, bad()),
-            other => panic!("expected InvalidRequest naming the key, got {other:?}"),
-        };
-        let put = Mutation::put(bad(), b"v".to_vec());
-        refused(
-            s.prewrite(Prewrite::new(vec![put], b"k".to_vec(), start_ts))
-                .map(drop),
-        );
-        refused(s.cleanup(bad(), start_ts, start_ts).map(drop));
-        refused(s.batch_rollback(vec![bad()], start_ts).map(drop));
-        refused(s.check_txn_status(bad(), start_ts, options).map(drop));
-        let lock = percolate::txn::commands::AcquirePessimisticLock::new(
-            vec![bad()],
-            b"k".to_vec(),
-            start_ts,
-            start_ts,
-        );
-        refused(s.acquire_pessimistic_lock(lock).map(drop));
+        for (command, result) in each_write_command(s, bad, start_ts) {
+            match result {
+                Err(Error::InvalidRequest { key: Some(key), .. }) => {
+                    assert_eq!(key, bad(), "{command}")
+                }
+                other => panic!("{command}: expected InvalidRequest naming the key, got {other:?}"),
+            }
+        }
     }
     assert_nothing_written(&db.client);
 }
