@@ -482,10 +482,7 @@ impl<E: Engine> PessimisticTransaction<E> {
             options: PessimisticLockOptions {
                 primary: primary.to_vec(),
                 for_update_ts,
-                lock_ttl: client
-                    .config
-                    .lock_ttl_ms
-                    .saturating_add(self.txn.open_for().as_millis() as u64),
+                lock_ttl: client.config.lock_ttl_ms.saturating_add(self.txn.open_ms()),
                 return_value: want_values,
                 // An insert's constraint is checked at the newest commit by
                 // a retry instead (a lock with conflict leaves it

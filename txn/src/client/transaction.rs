@@ -129,12 +129,13 @@ pub struct CommitInfo {
 pub struct Transaction<E: Engine = RocksEngine> {
     client: Arc<Inner<E>>,
     start_ts: TimeStamp,
-    /// When the start_ts was taken, by this process's clock: a lock's TTL
-    /// counts from its start_ts, so the locks of a transaction that stayed
-    /// open for a while get that time on top of the configured TTL. `None`
-    /// for a [`Client::view`](super::Client::view), which cannot commit:
-    /// a read-only snapshot spares the clock read.
-    began: Option<Instant>,
+    /// When the start_ts was taken, by this process's coarse clock
+    /// ([`coarse_ms`]): a lock's TTL counts from its start_ts, so the locks
+    /// of a transaction that stayed open for a while get that time on top
+    /// of the configured TTL. `None` for a
+    /// [`Client::view`](super::Client::view), which cannot commit: a
+    /// read-only snapshot spares the clock read.
+    began: Option<u64>,
     buffer: BTreeMap<Vec<u8>, Op>,
     /// The first key [`insert`](Self::insert)ed over this transaction's
     /// own put or insert of it: the commit fails with `AlreadyExist`.
@@ -189,7 +190,7 @@ impl<E: Engine> Transaction<E> {
         live: super::auto_gc::LiveTs,
     ) -> Self {
         Transaction {
-            began: Some(Instant::now()),
+            began: Some(coarse_ms()),
             ..Self::read_only(client, start_ts, live)
         }
     }
@@ -387,16 +388,14 @@ impl<E: Engine> Transaction<E> {
         // Without the time already spent, a transaction kept open longer
         // than the TTL would write locks that are expired from the start,
         // and any reader could roll it back before its first heart beat.
-        // One clock read serves the TTL and the commit's latency.
-        let now = std::time::Instant::now();
-        let elapsed = self
-            .began
-            .map_or(Duration::ZERO, |began| now.saturating_duration_since(began));
-        let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-        let lock_ttl_ms = self.client.config.lock_ttl_ms.saturating_add(elapsed_ms);
+        let lock_ttl_ms = self
+            .client
+            .config
+            .lock_ttl_ms
+            .saturating_add(self.open_ms());
         let durability = options.durability.or(self.client.config.durability);
         let metrics = &self.client.metrics;
-        let start = metrics.is_enabled().then_some(now);
+        let start = metrics.is_enabled().then(Instant::now);
         let pessimistic = pessimism.is_some();
         let outcome = Committer::new(&self.client, self.start_ts, lock_ttl_ms, buffer, pessimism)
             .durability(durability)
@@ -479,9 +478,11 @@ impl<E: Engine> Transaction<E> {
         &self.client
     }
 
-    /// How long the transaction has been open.
-    pub(super) fn open_for(&self) -> Duration {
-        self.began.map_or(Duration::ZERO, |began| began.elapsed())
+    /// How long the transaction has been open, in milliseconds, by the
+    /// coarse clock: up to one of its ticks short.
+    pub(super) fn open_ms(&self) -> u64 {
+        self.began
+            .map_or(0, |began| coarse_ms().saturating_sub(began))
     }
 }
 
@@ -500,6 +501,20 @@ pub(super) struct Pessimism {
 /// that readers resolve.
 fn forget<T>(pending: Pending<T>) {
     drop(pending);
+}
+
+/// Milliseconds of the kernel's coarse monotonic clock
+/// (`CLOCK_MONOTONIC_COARSE`: the time of its last tick, a few
+/// milliseconds apart at most, read from the vDSO without a system call or
+/// a read of the CPU's time stamp counter). What a lock's TTL adds for the
+/// time a transaction was open is counted by it: milliseconds, where a
+/// tick's error is no matter, on the path of every commit and lock
+/// request.
+pub(super) fn coarse_ms() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    u64::try_from(now.tv_sec).map_or(0, |secs| {
+        secs.saturating_mul(1000) + u64::try_from(now.tv_nsec / 1_000_000).unwrap_or(0)
+    })
 }
 
 pub(super) fn raw(key: Key) -> Result<Vec<u8>> {
