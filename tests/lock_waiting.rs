@@ -19,6 +19,7 @@ use percolate::txn::actions::prewrite::{Mutation, PessimisticAction, Transaction
 use percolate::txn::cluster::Cluster;
 use percolate::txn::commands::{AcquirePessimisticLock, Prewrite, ResolveLock, ResolveLockLite};
 use percolate::txn::lock_wait::WaitForEntry;
+use percolate::txn::metrics::LockWaitOutcome;
 use percolate::txn::storage::{Storage, StorageConfig};
 
 /// Long enough that a test never passes by timing out.
@@ -76,6 +77,14 @@ fn until_waiting<E: Engine>(s: &Storage<E>, count: usize) {
     }
 }
 
+/// How many lock waits the storage's metrics counted with `outcome`, and
+/// how long they took together.
+fn waits_counted<E: Engine>(s: &Storage<E>, outcome: LockWaitOutcome) -> (u64, Duration) {
+    let m = s.metrics().snapshot();
+    let h = m.lock_wait(outcome).expect("every outcome is listed");
+    (h.count, Duration::from_micros(h.sum_us))
+}
+
 /// Prewrites and commits the pessimistic transaction `start_ts` on `k`.
 fn commit_pessimistic<E: Engine>(s: &Storage<E>, k: &[u8], start_ts: u64, commit_ts: u64) {
     let mut prewrite = Prewrite::new(
@@ -120,6 +129,9 @@ fn a_waiter_takes_the_lock_once_it_is_released<E: Engine>(Bare(engine): Bare<E>)
     });
     assert_eq!(lock_on(&s, b"k").unwrap().ts, ts(20));
     assert!(edges(&s).is_empty());
+    // One wait, ended by the release, counted in the metrics.
+    assert_eq!(waits_counted(&s, LockWaitOutcome::Released).0, 1);
+    assert_eq!(s.metrics().snapshot().lock_waits_total(), 1);
 }
 
 /// A waiter woken by a commit above its for_update_ts fails with a
@@ -213,6 +225,11 @@ fn a_wait_times_out_with_the_lock<E: Engine>(Bare(engine): Bare<E>) {
     assert!(s.acquire_pessimistic_lock(no_wait).is_err());
     assert_eq!(lock_on(&s, b"k").unwrap().ts, ts(10));
     assert!(edges(&s).is_empty());
+    // The metrics count the one wait that had time to wait, for that time.
+    let (timed_out, took) = waits_counted(&s, LockWaitOutcome::TimedOut);
+    assert_eq!(timed_out, 1);
+    assert!(took >= Duration::from_millis(30), "{took:?}");
+    assert_eq!(s.metrics().snapshot().lock_waits_total(), 1);
 }
 
 /// A request for a key another transaction holds waits at once, without
@@ -333,6 +350,9 @@ fn a_two_party_deadlock_is_detected<E: Engine>(Bare(engine): Bare<E>) {
         first.join().unwrap().unwrap();
     });
     assert_eq!(lock_on(&s, b"b").unwrap().ts, ts(10));
+    // The refused wait and the one that ended by the rollback.
+    assert_eq!(waits_counted(&s, LockWaitOutcome::Deadlock).0, 1);
+    assert_eq!(waits_counted(&s, LockWaitOutcome::Released).0, 1);
 }
 
 /// Three transactions in a ring: the request closing it fails naming the

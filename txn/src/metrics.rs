@@ -181,6 +181,38 @@ impl ProtocolKind {
     }
 }
 
+/// How a pessimistic lock request's wait for another transaction's lock
+/// ended, for its counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LockWaitOutcome {
+    /// The lock was released (or the request found it released at once):
+    /// the request ran again.
+    Released,
+    /// The request's wait timeout passed first.
+    TimedOut,
+    /// Waiting would have closed a cycle of waiting transactions: the
+    /// request failed at once with a deadlock.
+    Deadlock,
+}
+
+impl LockWaitOutcome {
+    /// Every outcome, in the order of their counters.
+    pub const ALL: [LockWaitOutcome; 3] = [
+        LockWaitOutcome::Released,
+        LockWaitOutcome::TimedOut,
+        LockWaitOutcome::Deadlock,
+    ];
+
+    /// Its label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            LockWaitOutcome::Released => "released",
+            LockWaitOutcome::TimedOut => "timed_out",
+            LockWaitOutcome::Deadlock => "deadlock",
+        }
+    }
+}
+
 /// How a lock a reader or writer met was resolved, for its counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ResolveOutcome {
@@ -308,6 +340,7 @@ struct Stripe {
     commands: [CommandStats; CommandKind::ALL.len()],
     protocols: [ProtocolStats; ProtocolKind::ALL.len()],
     resolved: [AtomicU64; ResolveOutcome::ALL.len()],
+    lock_waits: [Histogram; LockWaitOutcome::ALL.len()],
     conflicts: AtomicU64,
     retries: AtomicU64,
     rolled_back: AtomicU64,
@@ -441,6 +474,14 @@ impl Metrics {
         self.add(|s| &s.resolved[outcome as usize]);
     }
 
+    /// A pessimistic lock request waited for another transaction's lock,
+    /// from `start` (from [`start`](Self::start)), until `outcome`.
+    pub(crate) fn lock_wait(&self, outcome: LockWaitOutcome, start: Option<std::time::Instant>) {
+        if let Some(start) = start {
+            self.stripe().lock_waits[outcome as usize].record(start.elapsed());
+        }
+    }
+
     /// Timestamps were asked of the oracle (one call, whatever the count).
     pub(crate) fn oracle_call(&self) {
         self.add(|s| &s.oracle_calls);
@@ -489,6 +530,15 @@ impl Metrics {
             resolved: ResolveOutcome::ALL
                 .iter()
                 .map(|&outcome| (outcome, self.sum(&|s| &s.resolved[outcome as usize])))
+                .collect(),
+            lock_waits: LockWaitOutcome::ALL
+                .iter()
+                .map(|&outcome| {
+                    (
+                        outcome,
+                        self.histogram(&|s| &s.lock_waits[outcome as usize]),
+                    )
+                })
                 .collect(),
             conflicts: self.sum(&|s| &s.conflicts),
             retries: self.sum(&|s| &s.retries),
@@ -567,6 +617,9 @@ pub struct MetricsSnapshot {
     pub commits: Vec<CommitMetrics>,
     /// Locks resolved, per outcome.
     pub resolved: Vec<(ResolveOutcome, u64)>,
+    /// Pessimistic lock requests' waits for other transactions' locks, per
+    /// outcome: how many (the histogram's count) and how long each took.
+    pub lock_waits: Vec<(LockWaitOutcome, HistogramSnapshot)>,
     /// Commits failed by a conflict.
     pub conflicts: u64,
     /// Attempts [`Client::with_retry`](crate::client::Client::with_retry)
@@ -601,6 +654,19 @@ impl MetricsSnapshot {
     /// The counters of command `kind`, if it ran.
     pub fn command(&self, kind: CommandKind) -> Option<&CommandMetrics> {
         self.commands.iter().find(|c| c.kind == kind)
+    }
+
+    /// Lock waits of every outcome.
+    pub fn lock_waits_total(&self) -> u64 {
+        self.lock_waits.iter().map(|(_, h)| h.count).sum()
+    }
+
+    /// The lock waits that ended with `outcome`.
+    pub fn lock_wait(&self, outcome: LockWaitOutcome) -> Option<&HistogramSnapshot> {
+        self.lock_waits
+            .iter()
+            .find(|(o, _)| *o == outcome)
+            .map(|(_, h)| h)
     }
 
     /// The Prometheus text exposition format (version 0.0.4): counters
@@ -652,6 +718,13 @@ impl MetricsSnapshot {
             self.resolved
                 .iter()
                 .map(|(o, n)| (format!("outcome=\"{}\"", o.name()), *n)),
+        );
+        counters.write(
+            "percolate_lock_waits_total",
+            "Pessimistic lock requests' waits for another transaction's lock, by outcome.",
+            self.lock_waits
+                .iter()
+                .map(|(o, h)| (format!("outcome=\"{}\"", o.name()), h.count)),
         );
     }
 
@@ -731,6 +804,14 @@ impl MetricsSnapshot {
             self.commits
                 .iter()
                 .map(|c| (format!("protocol=\"{}\"", c.protocol.name()), &c.latency)),
+        );
+        histograms(
+            out,
+            "percolate_lock_wait_duration_seconds",
+            "A pessimistic lock request's wait for another transaction's lock, by outcome.",
+            self.lock_waits
+                .iter()
+                .map(|(o, h)| (format!("outcome=\"{}\"", o.name()), h)),
         );
     }
 }
@@ -819,8 +900,10 @@ mod tests {
         m.retry();
         m.oracle_call();
         m.gc_round(7, 3);
+        m.lock_wait(LockWaitOutcome::Released, m.start());
         let s = m.snapshot();
         assert!(s.commands.is_empty());
+        assert_eq!(s.lock_waits_total(), 0);
         assert_eq!(s.commits_total(), 0);
         assert_eq!(
             (s.conflicts, s.retries, s.oracle_calls, s.gc_runs),
@@ -836,7 +919,13 @@ mod tests {
         m.command(CommandKind::Prewrite, start, false);
         m.committed(ProtocolKind::AsyncCommit, true, start);
         m.resolved(ResolveOutcome::Committed);
+        m.lock_wait(LockWaitOutcome::Deadlock, start);
         let text = m.snapshot().to_prometheus();
+        assert!(text.contains("percolate_lock_waits_total{outcome=\"deadlock\"} 1"));
+        assert!(text.contains("percolate_lock_waits_total{outcome=\"released\"} 0"));
+        assert!(
+            text.contains("percolate_lock_wait_duration_seconds_count{outcome=\"deadlock\"} 1")
+        );
         assert!(text.contains("percolate_commands_total{command=\"prewrite\",outcome=\"ok\"} 1"));
         assert!(
             text.contains("percolate_commands_total{command=\"prewrite\",outcome=\"failed\"} 1")

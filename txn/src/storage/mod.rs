@@ -50,7 +50,7 @@ use crate::commands::{
 };
 use crate::concurrency_manager::ConcurrencyManager;
 use crate::lock_wait::WaitOutcome;
-use crate::metrics::Metrics;
+use crate::metrics::{LockWaitOutcome, Metrics};
 use crate::scheduler::{Finish, Job, JobInput, Reply, Scheduler, WaitLimit, pending};
 use crate::{Error, Result};
 
@@ -642,12 +642,24 @@ impl<E: Engine> Storage<E> {
             let ticket = waits.watch(&keys);
             let locked = Key::from_raw(&info.key);
             if self.holds_lock(&locked, info.lock_version) {
+                let started = self.metrics.start();
                 let remaining = deadline.saturating_duration_since(Instant::now());
-                match waits.wait(&ticket, cmd.start_ts, &locked, info.lock_version, remaining)? {
-                    WaitOutcome::Released => {}
-                    WaitOutcome::TimedOut => {
-                        return Err(percolate_mvcc::Error::KeyIsLocked(info).into());
-                    }
+                let waited =
+                    waits.wait(&ticket, cmd.start_ts, &locked, info.lock_version, remaining);
+                // (A request with no time left to wait does not count as
+                // waiting unless it would close a cycle.)
+                let outcome = match &waited {
+                    Ok(WaitOutcome::Released) => Some(LockWaitOutcome::Released),
+                    Ok(WaitOutcome::TimedOut) if remaining.is_zero() => None,
+                    Ok(WaitOutcome::TimedOut) => Some(LockWaitOutcome::TimedOut),
+                    Err(Error::Deadlock { .. }) => Some(LockWaitOutcome::Deadlock),
+                    Err(_) => None,
+                };
+                if let Some(outcome) = outcome {
+                    self.metrics.lock_wait(outcome, started);
+                }
+                if waited? == WaitOutcome::TimedOut {
+                    return Err(percolate_mvcc::Error::KeyIsLocked(info).into());
                 }
             }
             drop(ticket);

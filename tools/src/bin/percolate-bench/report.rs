@@ -242,7 +242,8 @@ impl Report {
             .map(|c| {
                 format!(
                     "\n  {:<17} per op: {:.2} commands, {:.2} oracle calls, {:.3} latch waits, \
-                     {:.4} conflicts, {:.4} retries, {:.4} locks resolved",
+                     {:.4} conflicts, {:.4} retries, {:.4} locks resolved, {:.4} lock waits \
+                     (mean {:.0} µs)",
                     "",
                     per_op(c.commands),
                     per_op(c.oracle_calls),
@@ -250,6 +251,8 @@ impl Report {
                     per_op(c.conflicts),
                     per_op(c.retries),
                     per_op(c.resolved),
+                    per_op(c.lock_waits),
+                    c.lock_wait_us as f64 / c.lock_waits.max(1) as f64,
                 )
             })
             .unwrap_or_default();

@@ -242,6 +242,10 @@ pub struct Counters {
     pub latch_waits: u64,
     /// Calls to the oracle.
     pub oracle_calls: u64,
+    /// Pessimistic lock requests' waits for others' locks.
+    pub lock_waits: u64,
+    /// Microseconds those waits took, all together.
+    pub lock_wait_us: u64,
 }
 
 impl Counters {
@@ -254,6 +258,8 @@ impl Counters {
             resolved: self.resolved - before.resolved,
             latch_waits: self.latch_waits - before.latch_waits,
             oracle_calls: self.oracle_calls - before.oracle_calls,
+            lock_waits: self.lock_waits - before.lock_waits,
+            lock_wait_us: self.lock_wait_us - before.lock_wait_us,
         }
     }
 }
@@ -879,6 +885,8 @@ impl System for Percolate {
             resolved: m.resolved.iter().map(|(_, n)| n).sum(),
             latch_waits: m.latch_waits,
             oracle_calls: m.oracle_calls,
+            lock_waits: m.lock_waits_total(),
+            lock_wait_us: m.lock_waits.iter().map(|(_, h)| h.sum_us).sum(),
         })
     }
 
