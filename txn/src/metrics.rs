@@ -1,6 +1,6 @@
 //! Counters and latency histograms: per command, per commit protocol, and
 //! for what a transaction meets on its way (conflicts, retries, lock
-//! resolutions, latch waits, oracle calls, GC).
+//! resolutions, latch waits, pessimistic lock waits, oracle calls, GC).
 //!
 //! One [`Metrics`] is shared by a client and its regions (a clone of the
 //! `Arc` in [`StorageConfig::metrics`](crate::storage::StorageConfig::metrics)
