@@ -716,3 +716,44 @@ fn a_read_too_far_ahead_is_refused_and_leaves_the_oracle_alone() {
     let oracle_ms = client.current_ts().unwrap().physical();
     assert!(oracle_ms < wall_ms + 65_000, "{oracle_ms} vs {wall_ms}");
 }
+
+/// With the oracle moved most of a minute ahead of the clock by a read, a
+/// read further ahead still (within a minute of the moved oracle, but
+/// not of the clock) is refused: accepted, it would raise `max_ts` past
+/// where the oracle can be moved, and a 1PC commit computed above it
+/// would be missed by a transaction beginning after it. A commit after
+/// the refusal is seen by the next transaction.
+#[test]
+fn a_read_beyond_the_clock_is_refused_after_the_oracle_moved_ahead() {
+    use percolate::mvcc::TimeStamp;
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::open(dir.path()).unwrap();
+    let wall_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let near = TimeStamp::compose(wall_ms() + 50_000, 0);
+    assert_eq!(client.snapshot(near).get(b"k").unwrap(), None);
+    assert!(client.current_ts().unwrap() > near);
+    let beyond = TimeStamp::compose(wall_ms() + 90_000, 0);
+    assert!(
+        matches!(
+            client.snapshot(beyond).get(b"k"),
+            Err(Error::InvalidMaxTsUpdate { .. })
+        ),
+        "a read 90 s ahead of the clock, 40 s ahead of the oracle"
+    );
+    let info = client
+        .with_retry_info(|txn| {
+            txn.put(b"k", b"v");
+            Ok(())
+        })
+        .unwrap()
+        .1;
+    assert!(info.commit_ts < beyond, "{info:?}");
+    let txn = client.begin().unwrap();
+    assert!(txn.start_ts() >= info.commit_ts);
+    assert_eq!(txn.get(b"k").unwrap(), Some(b"v".to_vec()));
+}

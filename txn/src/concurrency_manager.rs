@@ -32,7 +32,7 @@ use percolate_mvcc::{CommittedVersion, Key, Lock, TimeStamp, VersionHints};
 
 use crate::Error;
 use crate::lock_wait::LockWaits;
-use crate::oracle::TimestampOracle;
+use crate::oracle::{Clock, TimestampOracle};
 use crate::slots::{thread_slot, thread_slots};
 use crate::versions::VersionCache;
 
@@ -44,10 +44,15 @@ use crate::versions::VersionCache;
 /// above it asks the oracle for a fresh timestamp and moves the bound up
 /// first, so a caller whose timestamps come from the same oracle is never
 /// refused.
+///
+/// [`with_wall_clock`](Self::with_wall_clock) bounds it by the wall clock
+/// instead, for an oracle that reads may move ahead of the clock (see
+/// [`Client::snapshot`](crate::client::Client::snapshot)).
 #[derive(Clone)]
 pub struct MaxTsLimit {
     oracle: Arc<dyn TimestampOracle>,
     allowance: Duration,
+    wall: Option<Arc<dyn Clock>>,
 }
 
 impl MaxTsLimit {
@@ -57,20 +62,52 @@ impl MaxTsLimit {
     /// Bounds `max_ts` by `oracle`'s latest timestamp plus `allowance`
     /// (on its physical part).
     pub fn new(oracle: Arc<dyn TimestampOracle>, allowance: Duration) -> Self {
-        MaxTsLimit { oracle, allowance }
+        MaxTsLimit {
+            oracle,
+            allowance,
+            wall: None,
+        }
     }
 
-    /// The bound now: a fresh timestamp with the allowance added.
+    /// Bounds `max_ts` by `clock`'s time plus the allowance, or by the
+    /// oracle's latest timestamp where that is higher, instead of by the
+    /// oracle's latest plus the allowance.
+    ///
+    /// The same where the oracle follows the clock, as a [`LocalOracle`]
+    /// does. It differs once reads at chosen timestamps have moved the
+    /// oracle ahead of the clock (which a client does for a read ahead
+    /// of the oracle, up to the clock plus the allowance): the bound then
+    /// stays where a read can still move the oracle past its timestamp,
+    /// rather than an allowance beyond the moved oracle. A read above
+    /// that would raise `max_ts` beyond the oracle for good, and the
+    /// async-commit and 1PC commits computed above it would be invisible
+    /// to transactions beginning after them. The oracle's own timestamps
+    /// stay within the bound even with the clock set back.
+    ///
+    /// [`LocalOracle`]: crate::oracle::LocalOracle
+    #[must_use]
+    pub fn with_wall_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.wall = Some(clock);
+        self
+    }
+
+    /// The bound now, from a fresh timestamp (see [`new`](Self::new) and
+    /// [`with_wall_clock`](Self::with_wall_clock)).
     fn fresh(&self) -> crate::Result<TimeStamp> {
         let latest = self.oracle.get_ts()?;
         let allowance_ms = u64::try_from(self.allowance.as_millis()).unwrap_or(u64::MAX);
-        let physical = latest.physical().saturating_add(allowance_ms);
+        let base_ms = match &self.wall {
+            Some(clock) => clock.now_ms(),
+            None => latest.physical(),
+        };
+        let physical = base_ms.saturating_add(allowance_ms);
         // Past the 46 bits of the physical part: no bound to speak of.
-        Ok(if physical >= 1 << 46 {
+        let bound = if physical >= 1 << 46 {
             TimeStamp::max()
         } else {
             TimeStamp::compose(physical, 0)
-        })
+        };
+        Ok(bound.max(latest))
     }
 }
 
@@ -78,15 +115,21 @@ impl std::fmt::Debug for MaxTsLimit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MaxTsLimit")
             .field("allowance", &self.allowance)
+            .field("wall_clock", &self.wall.is_some())
             .finish_non_exhaustive()
     }
 }
 
 /// Two limits are equal when they ask the same oracle with the same
-/// allowance.
+/// allowance, and the same wall clock or none.
 impl PartialEq for MaxTsLimit {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.oracle, &other.oracle) && self.allowance == other.allowance
+        let same_wall = match (&self.wall, &other.wall) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        Arc::ptr_eq(&self.oracle, &other.oracle) && self.allowance == other.allowance && same_wall
     }
 }
 
@@ -789,6 +832,43 @@ mod tests {
         oracle.get_ts_batch(1_000 << 18).unwrap();
         cm.update_max_ts(bound.next()).unwrap();
         assert_eq!(cm.max_ts(), bound.next());
+    }
+
+    /// With a wall clock, the bound is the clock plus the allowance, not
+    /// the oracle plus the allowance, once the oracle is ahead of the
+    /// clock; the oracle's own timestamps stay within it whatever the
+    /// clock says.
+    #[test]
+    fn o1_a_wall_clock_limit_follows_the_clock_not_an_oracle_moved_ahead() {
+        use crate::oracle::{CounterOracle, ManualClock, TimestampOracle};
+        // The clock at 10 s, the oracle moved to 50 s; the allowance 60 s.
+        let clock = Arc::new(ManualClock::new(10_000));
+        let oracle = Arc::new(CounterOracle::new(
+            TimeStamp::compose(50_000, 0).into_inner(),
+        ));
+        let limit =
+            MaxTsLimit::new(oracle.clone(), Duration::from_secs(60)).with_wall_clock(clock.clone());
+        let cm = ConcurrencyManager::with_limit(ts(1), Some(limit));
+        let bound = TimeStamp::compose(70_000, 0);
+        cm.update_max_ts(bound).unwrap();
+        // The oracle's limit would take anything up to 110 s.
+        match cm.update_max_ts(bound.next()) {
+            Err(Error::InvalidMaxTsUpdate {
+                attempted_ts,
+                limit,
+            }) => assert_eq!((attempted_ts, limit), (bound.next(), bound)),
+            other => panic!("expected InvalidMaxTsUpdate, got {other:?}"),
+        }
+        // The clock set far back: the oracle's own timestamps still pass.
+        clock.set(0);
+        oracle.advance_past(TimeStamp::compose(100_000, 0)).unwrap();
+        let own = oracle.get_ts().unwrap();
+        cm.update_max_ts(own).unwrap();
+        assert_eq!(cm.max_ts(), own);
+        assert!(matches!(
+            cm.update_max_ts(TimeStamp::compose(own.physical() + 1, 0)),
+            Err(Error::InvalidMaxTsUpdate { .. })
+        ));
     }
 
     #[test]

@@ -320,16 +320,16 @@ impl Client<RocksEngine> {
         // Above every commit and lock in the data, whatever the oracle's
         // own state file says (or if it is gone).
         let floor = timestamp_floor(&engine)?;
-        let oracle: Arc<dyn TimestampOracle> = Arc::new(LocalOracle::open_above(
-            dir,
-            Arc::new(crate::oracle::SystemClock),
-            floor,
-        )?);
+        let clock: Arc<dyn crate::oracle::Clock> = Arc::new(crate::oracle::SystemClock);
+        let oracle: Arc<dyn TimestampOracle> =
+            Arc::new(LocalOracle::open_above(dir, clock.clone(), floor)?);
+        // By the clock: `read_ahead` moves the oracle up to the clock plus
+        // the allowance, and a read above that is refused.
         let max_ts_limit = options.storage.max_ts_limit.clone().or_else(|| {
-            Some(MaxTsLimit::new(
-                oracle.clone(),
-                MaxTsLimit::DEFAULT_ALLOWANCE,
-            ))
+            Some(
+                MaxTsLimit::new(oracle.clone(), MaxTsLimit::DEFAULT_ALLOWANCE)
+                    .with_wall_clock(clock),
+            )
         });
         let mut storage = StorageConfig {
             initial_max_ts: oracle.get_ts()?,
@@ -414,14 +414,16 @@ impl<E: Engine> Inner<E> {
     /// accepts it (see [`Client::snapshot`]) and it is within that limit's
     /// allowance ([`MaxTsLimit::DEFAULT_ALLOWANCE`]) of the wall clock.
     /// Anything further is left alone, and so is the oracle: a bogus far
-    /// `ts` must not drag every later timestamp with it (the limit refuses
-    /// the read with [`Error::InvalidMaxTsUpdate`]), and reads that each
-    /// step a little past the oracle must not walk it away from the clock
-    /// (the limit follows the oracle, the clock does not). A read accepted
-    /// but not moved past, and one whose move the oracle fails to persist
-    /// (an unwritable state file, reported by its next `get_ts` that needs
-    /// a new limit), leave the commits computed above it ahead of the
-    /// oracle, as they were before this move existed.
+    /// `ts` must not drag every later timestamp with it, and reads that
+    /// each step a little past the oracle must not walk it away from the
+    /// clock. The limit of a client from [`Client::open`] is the same
+    /// bound (the clock plus the allowance, or the oracle where that is
+    /// higher: [`MaxTsLimit::with_wall_clock`]), so it refuses such a read
+    /// with [`Error::InvalidMaxTsUpdate`]. One whose move the oracle fails
+    /// to persist (an unwritable state file, reported by its next `get_ts`
+    /// that needs a new limit), or one accepted by a limit given in
+    /// [`OpenOptions::storage`], can leave the commits computed above it
+    /// ahead of the oracle, as they were before this move existed.
     fn read_ahead(&self, ts: TimeStamp) {
         let allowance_ms = MaxTsLimit::DEFAULT_ALLOWANCE.as_millis() as u64;
         let now_ms = crate::oracle::Clock::now_ms(&crate::oracle::SystemClock);
@@ -660,7 +662,8 @@ impl<E: Engine> Client<E> {
     /// (or a transaction's start_ts) gives a snapshot whose answers never
     /// change. Reading at a `ts` the oracle has not handed out yet raises
     /// the regions' `max_ts` to it; a client from [`Client::open`] refuses
-    /// one too far ahead of the oracle (`InvalidMaxTsUpdate`).
+    /// one more than a minute ahead of both the oracle and the wall clock
+    /// (`InvalidMaxTsUpdate`).
     /// Versions below the last GC safe point may be gone.
     ///
     /// A `ts` ahead of the oracle that the regions accept, and at most a

@@ -78,7 +78,8 @@ pub struct StorageConfig {
     /// check at a timestamp beyond it is refused with
     /// [`Error::InvalidMaxTsUpdate`]. Defaults to `None` (no bound: this
     /// storage knows no oracle); [`Client::open`](crate::client::Client::open)
-    /// sets one with its oracle and [`MaxTsLimit::DEFAULT_ALLOWANCE`].
+    /// sets one with its oracle, [`MaxTsLimit::DEFAULT_ALLOWANCE`] and the
+    /// system clock ([`MaxTsLimit::with_wall_clock`]).
     pub max_ts_limit: Option<MaxTsLimit>,
     /// The raw keys this storage serves, as a region of a
     /// [`Cluster`](crate::cluster::Cluster): a command touching a key (or a
