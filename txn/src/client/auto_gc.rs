@@ -32,6 +32,15 @@
 //! shard's lock until it is); one above it is above the safe point anyway.
 //! A [`Snapshot`](super::Snapshot) at a chosen timestamp is registered when
 //! taken: one older than the life time may find versions gone.
+//!
+//! A reader that must not read below the safe point (an export) registers
+//! its timestamp and then checks it against the safe point a round has
+//! announced ([`Client::gc_safe_point_announced`]): a round announces its
+//! safe point before it reads the registry, so that either the round finds
+//! the registration (and stays below it) or the reader finds the
+//! announcement (and refuses to read), each taking the registry shard's
+//! lock after the other's write. A GC run at a safe point the caller gives
+//! ([`Client::gc`]) announces it too, before it deletes anything.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -128,34 +137,39 @@ impl<E: Engine> Client<E> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn gc_once(&self) -> Result<GcRound> {
+        self.gc_round(|| {})
+    }
+
+    /// [`gc_once`](Self::gc_once), calling `announced` once the round has
+    /// announced its safe point and before it reads the registry of live
+    /// timestamps (a test's window into the race it closes).
+    pub(super) fn gc_round(&self, announced: impl FnOnce()) -> Result<GcRound> {
         self.check_writable()?;
         let gc = &self.inner.auto_gc;
         let _one_round = gc.round.lock();
         let current = TimeStamp::new(gc.safe_point.load(Ordering::SeqCst));
-        let candidate = self.safe_point_candidate()?;
         let mut round = GcRound {
             safe_point: current,
             ..GcRound::default()
         };
-        if candidate > current {
-            for region in self.cluster().regions() {
-                self.resolve_locks_below(region, candidate)?;
-            }
-            for region in self.cluster().regions() {
-                let storage = region.storage();
-                if !storage
-                    .engine()
-                    .set_gc_safe_point(candidate.into_inner(), decode_write)?
-                {
-                    let end = region.end_key().map(key);
-                    let info = storage.gc(candidate, Some(key(region.start_key())), end)?;
-                    add(&mut round.point_deleted, info);
+        let by_time = self.safe_point_by_time()?;
+        if by_time > current {
+            gc.announced.store(by_time.into_inner(), Ordering::SeqCst);
+            announced();
+            let candidate = match gc.live.oldest() {
+                Some(oldest) => by_time.min(TimeStamp::new(oldest.into_inner().saturating_sub(1))),
+                None => by_time,
+            };
+            // What the round will set, or the safe point as it stays.
+            gc.announced
+                .store(candidate.max(current).into_inner(), Ordering::SeqCst);
+            if candidate > current {
+                let advanced = self.advance_safe_point(candidate, &mut round);
+                if advanced.is_err() {
+                    gc.announced.store(current.into_inner(), Ordering::SeqCst);
                 }
+                advanced?;
             }
-            gc.safe_point
-                .store(candidate.into_inner(), Ordering::SeqCst);
-            round.safe_point = candidate;
-            round.advanced = true;
         }
         if !round.safe_point.is_zero() {
             let info = self.collect_leftovers(round.safe_point)?;
@@ -168,25 +182,61 @@ impl<E: Engine> Client<E> {
         Ok(round)
     }
 
+    /// Resolves the locks below `candidate`, hands it to the engines (or
+    /// collects their regions), and makes it the safe point.
+    fn advance_safe_point(&self, candidate: TimeStamp, round: &mut GcRound) -> Result<()> {
+        for region in self.cluster().regions() {
+            self.resolve_locks_below(region, candidate)?;
+        }
+        for region in self.cluster().regions() {
+            let storage = region.storage();
+            if !storage
+                .engine()
+                .set_gc_safe_point(candidate.into_inner(), decode_write)?
+            {
+                let end = region.end_key().map(key);
+                let info = storage.gc(candidate, Some(key(region.start_key())), end)?;
+                add(&mut round.point_deleted, info);
+            }
+        }
+        self.inner
+            .auto_gc
+            .safe_point
+            .store(candidate.into_inner(), Ordering::SeqCst);
+        round.safe_point = candidate;
+        round.advanced = true;
+        Ok(())
+    }
+
+    /// The safe point a GC round in flight is about to set, or the safe
+    /// point if none is: a reader that registered its timestamp (as a
+    /// [`Snapshot`](super::Snapshot)) and then finds it at or above this
+    /// can read there until it drops the registration (see the module
+    /// docs).
+    pub(crate) fn gc_safe_point_announced(&self) -> TimeStamp {
+        let gc = &self.inner.auto_gc;
+        TimeStamp::new(
+            gc.announced
+                .load(Ordering::SeqCst)
+                .max(gc.safe_point.load(Ordering::SeqCst)),
+        )
+    }
+
     /// The safe point of automatic GC: versions that no read at or above
     /// it can see may be gone. Zero until a round advanced it.
     pub fn gc_safe_point(&self) -> TimeStamp {
         TimeStamp::new(self.inner.auto_gc.safe_point.load(Ordering::SeqCst))
     }
 
-    /// Now minus the life time, below the oldest live transaction or
-    /// snapshot and below now.
-    fn safe_point_candidate(&self) -> Result<TimeStamp> {
+    /// Now minus the life time, and below now. The registry is read after
+    /// `now` was taken (see the module doc), by the caller.
+    fn safe_point_by_time(&self) -> Result<TimeStamp> {
         let now = self.inner.oracle.get_ts()?;
         let life_ms = u64::try_from(self.inner.config.gc.life_time.as_millis()).unwrap_or(u64::MAX);
         // In timestamp units: `life_ms` of physical time, the logical part
         // kept.
         let life = life_ms.saturating_mul(1 << TSO_PHYSICAL_SHIFT_BITS);
-        let mut candidate = TimeStamp::new(now.into_inner().saturating_sub(life));
-        // Read after `now` was taken: see the module doc.
-        if let Some(oldest) = self.inner.auto_gc.live.oldest() {
-            candidate = candidate.min(TimeStamp::new(oldest.into_inner().saturating_sub(1)));
-        }
+        let candidate = TimeStamp::new(now.into_inner().saturating_sub(life));
         Ok(candidate.min(TimeStamp::new(now.into_inner().saturating_sub(1))))
     }
 
@@ -251,6 +301,9 @@ pub(crate) struct AutoGc {
     pub(crate) live: Arc<LiveTimestamps>,
     /// The safe point of the last round that advanced it.
     safe_point: AtomicU64,
+    /// The safe point the round in flight is about to set (announced
+    /// before it reads the registry); after a round, the safe point.
+    announced: AtomicU64,
     /// Held by a round: one at a time.
     round: Mutex<()>,
     stop: Arc<Stop>,
@@ -313,9 +366,20 @@ impl AutoGc {
         AutoGc {
             live: Arc::new(LiveTimestamps::new()),
             safe_point: AtomicU64::new(0),
+            announced: AtomicU64::new(0),
             round: Mutex::new(()),
             stop: Arc::default(),
         }
+    }
+
+    /// Announces the safe point of a GC run with a safe point given by the
+    /// caller ([`Client::gc`]) before it deletes anything, one round at a
+    /// time with the automatic ones: the run holds the returned guard.
+    pub(crate) fn announce_given(&self, safe_point: TimeStamp) -> parking_lot::MutexGuard<'_, ()> {
+        let one_round = self.round.lock();
+        self.announced
+            .fetch_max(safe_point.into_inner(), Ordering::SeqCst);
+        one_round
     }
 
     /// Starts from `safe_point`, the engine's persisted one, if it is

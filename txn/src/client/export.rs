@@ -163,11 +163,15 @@ impl Client<RocksEngine> {
             });
         }
         // Registered as a live snapshot for the whole export, so that no
-        // GC round passes `ts` meanwhile; one already past it may have
-        // dropped versions the export should hold.
+        // GC round passes `ts` meanwhile; one already past it, or about to
+        // set a safe point past it (announced before it looked at the
+        // registrations), may have dropped versions the export should hold.
         let reader = self.snapshot(ts);
         let engine = self.cluster().regions()[0].storage().engine();
-        if ts.into_inner() < engine.gc_safe_point() {
+        let safe_point = engine
+            .gc_safe_point()
+            .max(self.gc_safe_point_announced().into_inner());
+        if ts.into_inner() < safe_point {
             return Err(Error::InvalidRequest {
                 reason: "an export's ts must not be below the GC safe point",
                 key: None,

@@ -55,6 +55,9 @@ impl<E: Engine> Client<E> {
                 key: None,
             });
         }
+        // An export that begins from here on and reads below the safe
+        // point is refused (see `auto_gc`'s module docs).
+        let _one_round = self.inner.auto_gc.announce_given(safe_point);
         // Every region's locks first, as automatic GC does: a lock in a
         // later region may belong to a transaction whose primary is in an
         // earlier one, and collecting that region first could delete the
