@@ -702,9 +702,10 @@ fn a_read_too_far_ahead_is_refused_and_leaves_the_oracle_alone() {
     let near = TimeStamp::compose(now.physical() + 20_000, 0);
     assert_eq!(client.snapshot(near).get(b"k").unwrap(), None);
     assert!(client.current_ts().unwrap() > near);
-    // Reads that each step most of a minute past the oracle (each within
-    // the limit, which follows the oracle) do not walk it away from the
-    // clock: it moves at most a minute ahead of it.
+    // Reads that each step most of a minute past the oracle do not walk
+    // it away from the clock (the limit follows the clock, and a read is
+    // refused where the oracle cannot follow): it moves at most a minute
+    // ahead of it.
     for _ in 0..5 {
         let ahead = TimeStamp::compose(client.current_ts().unwrap().physical() + 50_000, 0);
         let _ = client.snapshot(ahead).get(b"k");

@@ -559,6 +559,15 @@ impl ConcurrencyManager {
         Ok(())
     }
 
+    /// Whether `max_ts` is limited by the wall clock
+    /// ([`MaxTsLimit::with_wall_clock`]).
+    pub fn limit_follows_clock(&self) -> bool {
+        self.inner
+            .limit
+            .as_ref()
+            .is_some_and(|limit| limit.wall.is_some())
+    }
+
     /// Fails with [`Error::InvalidMaxTsUpdate`] when `ts` is above the
     /// [`MaxTsLimit`] (when there is one), without touching `max_ts`: a
     /// transaction's timestamps are checked so before its locks are

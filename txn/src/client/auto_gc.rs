@@ -166,6 +166,8 @@ impl<E: Engine> Client<E> {
             if candidate > current {
                 let advanced = self.advance_safe_point(candidate, &mut round);
                 if advanced.is_err() {
+                    // What the round may have dropped before it failed is
+                    // covered by `deleting`.
                     gc.announced.store(current.into_inner(), Ordering::SeqCst);
                 }
                 advanced?;
@@ -188,6 +190,7 @@ impl<E: Engine> Client<E> {
         for region in self.cluster().regions() {
             self.resolve_locks_below(region, candidate)?;
         }
+        self.inner.auto_gc.begin_deleting(candidate);
         for region in self.cluster().regions() {
             let storage = region.storage();
             if !storage
@@ -209,7 +212,8 @@ impl<E: Engine> Client<E> {
     }
 
     /// The safe point a GC round in flight is about to set, or the safe
-    /// point if none is: a reader that registered its timestamp (as a
+    /// point if none is, or the largest one below which some GC began to
+    /// delete if that is higher: a reader that registered its timestamp (as a
     /// [`Snapshot`](super::Snapshot)) and then finds it at or above this
     /// can read there until it drops the registration (see the module
     /// docs).
@@ -218,7 +222,8 @@ impl<E: Engine> Client<E> {
         TimeStamp::new(
             gc.announced
                 .load(Ordering::SeqCst)
-                .max(gc.safe_point.load(Ordering::SeqCst)),
+                .max(gc.safe_point.load(Ordering::SeqCst))
+                .max(gc.deleting.load(Ordering::SeqCst)),
         )
     }
 
@@ -304,6 +309,10 @@ pub(crate) struct AutoGc {
     /// The safe point the round in flight is about to set (announced
     /// before it reads the registry); after a round, the safe point.
     announced: AtomicU64,
+    /// The largest safe point below which some GC has begun to drop
+    /// versions, whether it then finished or failed part way (a round,
+    /// or [`Client::gc`]); never lowered.
+    deleting: AtomicU64,
     /// Held by a round: one at a time.
     round: Mutex<()>,
     stop: Arc<Stop>,
@@ -367,6 +376,7 @@ impl AutoGc {
             live: Arc::new(LiveTimestamps::new()),
             safe_point: AtomicU64::new(0),
             announced: AtomicU64::new(0),
+            deleting: AtomicU64::new(0),
             round: Mutex::new(()),
             stop: Arc::default(),
         }
@@ -380,6 +390,14 @@ impl AutoGc {
         self.announced
             .fetch_max(safe_point.into_inner(), Ordering::SeqCst);
         one_round
+    }
+
+    /// Records that GC at `safe_point` is about to drop versions (its
+    /// locks below are resolved): from here on it counts as announced,
+    /// even if the run fails part way and a later round announces less.
+    pub(crate) fn begin_deleting(&self, safe_point: TimeStamp) {
+        self.deleting
+            .fetch_max(safe_point.into_inner(), Ordering::SeqCst);
     }
 
     /// Starts from `safe_point`, the engine's persisted one, if it is

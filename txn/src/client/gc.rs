@@ -67,6 +67,18 @@ impl<E: Engine> Client<E> {
         for region in self.cluster().regions() {
             self.resolve_locks_below(region, safe_point)?;
         }
+        // Kept by the client and the engine before the first version goes
+        // (the engine's compactions may then drop what the point deletes
+        // below would, as for automatic GC): an export below it is refused
+        // from here on, even if this call fails part way and an automatic
+        // round then announces a lower safe point.
+        self.inner.auto_gc.begin_deleting(safe_point);
+        for region in self.cluster().regions() {
+            region
+                .storage()
+                .engine()
+                .set_gc_safe_point(safe_point.into_inner(), super::auto_gc::decode_write)?;
+        }
         for region in self.cluster().regions() {
             let end = region.end_key().map(key);
             let info = region
@@ -75,14 +87,6 @@ impl<E: Engine> Client<E> {
             total.found_versions += info.found_versions;
             total.deleted_versions += info.deleted_versions;
             total.deleted_values += info.deleted_values;
-        }
-        // Kept by the engine as automatic GC keeps its own (its
-        // compactions then drop no more than was deleted here).
-        for region in self.cluster().regions() {
-            region
-                .storage()
-                .engine()
-                .set_gc_safe_point(safe_point.into_inner(), super::auto_gc::decode_write)?;
         }
         let deleted = u64::try_from(total.deleted_versions).unwrap_or(u64::MAX);
         self.inner

@@ -323,8 +323,8 @@ impl Client<RocksEngine> {
         let clock: Arc<dyn crate::oracle::Clock> = Arc::new(crate::oracle::SystemClock);
         let oracle: Arc<dyn TimestampOracle> =
             Arc::new(LocalOracle::open_above(dir, clock.clone(), floor)?);
-        // By the clock: `read_ahead` moves the oracle up to the clock plus
-        // the allowance, and a read above that is refused.
+        // By the clock: a snapshot's read moves the oracle up to the clock
+        // plus the allowance (`read_ahead`), and one above that is refused.
         let max_ts_limit = options.storage.max_ts_limit.clone().or_else(|| {
             Some(
                 MaxTsLimit::new(oracle.clone(), MaxTsLimit::DEFAULT_ALLOWANCE)
@@ -410,36 +410,44 @@ impl<E: Engine> Inner<E> {
     }
 
     /// Before a read at `ts`, a timestamp the oracle may not have handed
-    /// out: moves the oracle past it where the regions' `max_ts` limit
-    /// accepts it (see [`Client::snapshot`]) and it is within that limit's
-    /// allowance ([`MaxTsLimit::DEFAULT_ALLOWANCE`]) of the wall clock.
-    /// Anything further is left alone, and so is the oracle: a bogus far
-    /// `ts` must not drag every later timestamp with it, and reads that
-    /// each step a little past the oracle must not walk it away from the
-    /// clock. The limit of a client from [`Client::open`] is the same
-    /// bound (the clock plus the allowance, or the oracle where that is
-    /// higher: [`MaxTsLimit::with_wall_clock`]), so it refuses such a read
-    /// with [`Error::InvalidMaxTsUpdate`]. One whose move the oracle fails
-    /// to persist (an unwritable state file, reported by its next `get_ts`
-    /// that needs a new limit), or one accepted by a limit given in
-    /// [`OpenOptions::storage`], can leave the commits computed above it
-    /// ahead of the oracle, as they were before this move existed.
-    fn read_ahead(&self, ts: TimeStamp) {
-        let allowance_ms = MaxTsLimit::DEFAULT_ALLOWANCE.as_millis() as u64;
-        let now_ms = crate::oracle::Clock::now_ms(&crate::oracle::SystemClock);
-        if ts.physical() > now_ms.saturating_add(allowance_ms) {
-            return;
+    /// out: makes sure the oracle hands out only timestamps above `ts`
+    /// from now on, or fails. A read at `ts` raises the regions' `max_ts`
+    /// to it, the async-commit and 1PC commits after it are computed
+    /// above it, and the transactions that begin after those commits must
+    /// read above them.
+    ///
+    /// Nothing to do for a `ts` at or below a fresh timestamp. Above, the
+    /// regions' `max_ts` limit must accept `ts`, and it must be within
+    /// [`MaxTsLimit::DEFAULT_ALLOWANCE`] of the wall clock (which the
+    /// limit of a client from [`Client::open`] checks itself:
+    /// [`MaxTsLimit::with_wall_clock`]): a bogus far `ts` must not drag
+    /// every later timestamp with it, and reads that each step a little
+    /// past the oracle must not walk it away from the clock. Then the
+    /// oracle moves past `ts`. A `ts` refused is
+    /// [`Error::InvalidMaxTsUpdate`]; a move the oracle fails to persist
+    /// is its error.
+    pub(crate) fn read_ahead(&self, ts: TimeStamp) -> Result<()> {
+        if ts <= self.oracle.get_ts()? {
+            return Ok(());
         }
-        let accepted = self.cluster.regions().iter().all(|region| {
-            region
-                .storage()
-                .concurrency_manager()
-                .check_limit(ts)
-                .is_ok()
-        });
-        if accepted {
-            let _ = self.oracle.advance_past(ts);
+        let mut clock_bounded = true;
+        for region in self.cluster.regions() {
+            let cm = region.storage().concurrency_manager();
+            cm.check_limit(ts)?;
+            clock_bounded &= cm.limit_follows_clock();
         }
+        if !clock_bounded {
+            let allowance_ms = MaxTsLimit::DEFAULT_ALLOWANCE.as_millis() as u64;
+            let now_ms = crate::oracle::Clock::now_ms(&crate::oracle::SystemClock);
+            let bound_ms = now_ms.saturating_add(allowance_ms);
+            if ts.physical() > bound_ms {
+                return Err(Error::InvalidMaxTsUpdate {
+                    attempted_ts: ts,
+                    limit: TimeStamp::compose(bound_ms.min((1 << 46) - 1), 0),
+                });
+            }
+        }
+        self.oracle.advance_past(ts)
     }
 }
 
@@ -660,26 +668,31 @@ impl<E: Engine> Client<E> {
     /// A read-only snapshot at `ts`: it sees exactly the transactions that
     /// committed at or below `ts`. A `ts` from [`current_ts`](Self::current_ts)
     /// (or a transaction's start_ts) gives a snapshot whose answers never
-    /// change. Reading at a `ts` the oracle has not handed out yet raises
-    /// the regions' `max_ts` to it; a client from [`Client::open`] refuses
-    /// one more than a minute ahead of both the oracle and the wall clock
-    /// (`InvalidMaxTsUpdate`).
-    /// Versions below the last GC safe point may be gone.
+    /// change. Versions below the last GC safe point may be gone.
     ///
-    /// A `ts` ahead of the oracle that the regions accept, and at most a
-    /// minute ahead of the wall clock, moves the oracle past it first: a read there raises `max_ts`, so the async-commit
-    /// and 1PC commits after it are computed above `ts`, and the
-    /// transactions that begin after those commits must read above them.
+    /// A `ts` the oracle has not handed out yet is read only after the
+    /// oracle has been moved past it, which the snapshot's first read
+    /// does: a read there raises the regions' `max_ts` to `ts`, the
+    /// async-commit and 1PC commits after it are computed above `ts`, and
+    /// the transactions that begin after those commits must read above
+    /// them. The move is refused for a `ts` more than a minute (the
+    /// regions' allowance) ahead of the wall clock, and then every read
+    /// of the snapshot fails with [`Error::InvalidMaxTsUpdate`] (each
+    /// tries again: the clock moves on).
     pub fn snapshot(&self, ts: TimeStamp) -> Snapshot<E> {
-        self.inner.read_ahead(ts);
-        Snapshot::new(self.inner.clone(), ts, self.inner.auto_gc.live.register(ts))
+        Snapshot::new(
+            self.inner.clone(),
+            ts,
+            self.inner.auto_gc.live.register(ts),
+            false,
+        )
     }
 
     /// A read-only snapshot of the latest data: at a fresh timestamp from
     /// the oracle.
     pub fn snapshot_latest(&self) -> Result<Snapshot<E>> {
         let (ts, live) = self.inner.auto_gc.live.fresh(&*self.inner.oracle)?;
-        Ok(Snapshot::new(self.inner.clone(), ts, live))
+        Ok(Snapshot::new(self.inner.clone(), ts, live, true))
     }
 
     /// Raw key-value access, beside the transactional data and separate

@@ -95,6 +95,7 @@ pub(super) type ScanSource<'a, E> = (
     &'a Inner<E>,
     TimeStamp,
     Option<&'a btree_map::BTreeMap<Vec<u8>, Op>>,
+    Option<crate::Error>,
 );
 
 /// The four range reads (`scan`, `scan_reverse`, `keys`, `keys_reverse`)
@@ -135,7 +136,7 @@ macro_rules! range_reads {
             reverse: bool,
             key_only: bool,
         ) -> Scan<'_, E> {
-            let (client, ts, own) = self.scan_source();
+            let (client, ts, own, refused) = self.scan_source();
             Scan::new(
                 client,
                 ts,
@@ -143,6 +144,7 @@ macro_rules! range_reads {
                 ScanKind { reverse, key_only },
                 own,
             )
+            .refused(refused)
         }
     };
 }
@@ -213,6 +215,9 @@ pub struct Scan<'a, E: Engine = RocksEngine> {
     own: Option<btree_map::Range<'a, Vec<u8>, Op>>,
     own_next: Option<(&'a Vec<u8>, &'a Op)>,
     failed: bool,
+    /// Why the snapshot may not be read at all, returned by the first
+    /// read of a batch.
+    refused: Option<crate::Error>,
 }
 
 impl<E: Engine> std::fmt::Debug for Scan<'_, E> {
@@ -250,8 +255,16 @@ impl<'a, E: Engine> Scan<'a, E> {
             own,
             own_next: None,
             failed: false,
+            refused: None,
         }
         .with_own_advanced()
+    }
+
+    /// A scan whose first storage read fails with `refused` (where that
+    /// is `Some`) instead of reading.
+    pub(super) fn refused(mut self, refused: Option<crate::Error>) -> Self {
+        self.refused = refused;
+        self
     }
 
     /// Reads `n` pairs per storage read (at least one): the size to give a
@@ -358,6 +371,9 @@ impl<'a, E: Engine> Scan<'a, E> {
     /// the current size, which then doubles up to the largest), and moves
     /// what is left of the range past them.
     fn read_batch(&mut self, visit: &mut PairVisitor<'_>) -> Result<()> {
+        if let Some(refused) = self.refused.take() {
+            return Err(refused);
+        }
         let limit = self.next_batch;
         self.next_batch = self.next_batch.saturating_mul(2).min(self.max_batch);
         let mut last = Vec::new();

@@ -2,6 +2,7 @@
 
 use std::ops::RangeBounds;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use percolate_engine::{Engine, RocksEngine};
 use percolate_mvcc::TimeStamp;
@@ -46,6 +47,10 @@ pub struct Snapshot<E: Engine = RocksEngine> {
     ts: TimeStamp,
     /// Holds automatic GC's safe point below `ts` while alive.
     live: super::auto_gc::LiveTs,
+    /// The oracle is known to hand out only timestamps above `ts` from now
+    /// on (it handed `ts` out, or a read moved it past): reads may raise
+    /// `max_ts` to `ts`.
+    cleared: AtomicBool,
 }
 
 impl<E: Engine> Clone for Snapshot<E> {
@@ -54,6 +59,7 @@ impl<E: Engine> Clone for Snapshot<E> {
             client: self.client.clone(),
             ts: self.ts,
             live: self.live.clone(),
+            cleared: AtomicBool::new(self.cleared.load(Ordering::Acquire)),
         }
     }
 }
@@ -65,8 +71,31 @@ impl<E: Engine> std::fmt::Debug for Snapshot<E> {
 }
 
 impl<E: Engine> Snapshot<E> {
-    pub(super) fn new(client: Arc<Inner<E>>, ts: TimeStamp, live: super::auto_gc::LiveTs) -> Self {
-        Snapshot { client, ts, live }
+    /// A snapshot at `ts`; `cleared` where `ts` came from the oracle.
+    pub(super) fn new(
+        client: Arc<Inner<E>>,
+        ts: TimeStamp,
+        live: super::auto_gc::LiveTs,
+        cleared: bool,
+    ) -> Self {
+        Snapshot {
+            client,
+            ts,
+            live,
+            cleared: AtomicBool::new(cleared),
+        }
+    }
+
+    /// Before a read: a `ts` the oracle may not have handed out is read
+    /// only once the oracle has been moved past it (see
+    /// [`Client::snapshot`](super::Client::snapshot)); until then every
+    /// read fails, and each tries the move again.
+    fn check_ahead(&self) -> Result<()> {
+        if !self.cleared.load(Ordering::Acquire) {
+            self.client.read_ahead(self.ts)?;
+            self.cleared.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// The timestamp the snapshot reads at.
@@ -76,12 +105,14 @@ impl<E: Engine> Snapshot<E> {
 
     /// The value of `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_ahead()?;
         self.client.get(key, self.ts, &ReadOptions::default())
     }
 
     /// The values of `keys`, in the order asked (`None` where a key does
     /// not exist).
     pub fn batch_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.check_ahead()?;
         let mut found = std::collections::HashMap::with_capacity(keys.len());
         for (k, v) in self.client.batch_get(keys, self.ts)? {
             found.insert(raw(k)?, v);
@@ -91,9 +122,9 @@ impl<E: Engine> Snapshot<E> {
 
     super::scan::range_reads!();
 
-    /// What its scans read: the client, the snapshot's ts, and no writes
-    /// of its own.
+    /// What its scans read: the client, the snapshot's ts, no writes of
+    /// its own, and why it may not be read yet (if so).
     fn scan_source(&self) -> ScanSource<'_, E> {
-        (&self.client, self.ts, None)
+        (&self.client, self.ts, None, self.check_ahead().err())
     }
 }

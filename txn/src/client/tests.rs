@@ -48,7 +48,7 @@ fn client() -> Setup {
     setup(ClientConfig::default())
 }
 
-fn commit(client: &Client<MemoryEngine>, writes: &[(&str, &str)]) -> CommitInfo {
+fn commit<E: Engine>(client: &Client<E>, writes: &[(&str, &str)]) -> CommitInfo {
     let mut txn = client.begin().unwrap();
     for (k, v) in writes {
         txn.put(k.as_bytes(), v.as_bytes());
@@ -1557,4 +1557,84 @@ fn an_export_racing_a_gc_round_is_refused_or_holds_it_back() {
         .export_range(b"", None, held, out.path().join("f"))
         .unwrap_err();
     assert!(matches!(err, Error::InvalidRequest { .. }), "{err}");
+}
+
+/// A snapshot refused for being too far ahead of the clock, read again
+/// once the clock has caught up: the read now passes the regions' limit,
+/// and it must move the oracle past the snapshot's ts as a first read
+/// would have. (It was decided once, when the snapshot was taken: the
+/// later read raised `max_ts` far above the oracle, and a 1PC commit
+/// computed above it was invisible to a transaction begun after it.)
+#[test]
+fn a_snapshot_read_once_the_clock_caught_up_moves_the_oracle_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let oracle: Arc<dyn TimestampOracle> =
+        Arc::new(LocalOracle::open_with_clock(dir.path(), clock.clone()).unwrap());
+    let storage = StorageConfig {
+        initial_max_ts: oracle.get_ts().unwrap(),
+        max_ts_limit: Some(
+            MaxTsLimit::new(oracle.clone(), MaxTsLimit::DEFAULT_ALLOWANCE)
+                .with_wall_clock(clock.clone()),
+        ),
+        ..Default::default()
+    };
+    let cluster = Cluster::new(MemoryEngine::new(), Vec::new(), storage);
+    let client = Client::new(cluster, oracle, ClientConfig::default());
+
+    let ahead = TimeStamp::compose(1_090_000, 0);
+    let snapshot = client.snapshot(ahead);
+    for refused in [
+        snapshot.get(b"k").map(drop),
+        snapshot.batch_get(&[b"k"]).map(drop),
+        snapshot.scan("a".."z").next().unwrap().map(drop),
+    ] {
+        assert!(
+            matches!(refused, Err(Error::InvalidMaxTsUpdate { attempted_ts, .. }) if attempted_ts == ahead),
+            "90 s ahead of the clock: {refused:?}"
+        );
+    }
+    assert!(client.current_ts().unwrap() < ahead);
+
+    clock.advance(40_000);
+    assert_eq!(snapshot.get(b"k").unwrap(), None);
+    assert!(
+        client.current_ts().unwrap() > ahead,
+        "the read moved the oracle"
+    );
+    let info = commit(&client, &[("k", "v")]);
+    assert_eq!(info.protocol, CommitProtocol::OnePc, "{info:?}");
+    assert!(info.commit_ts > ahead, "computed above the read: {info:?}");
+    let txn = client.begin().unwrap();
+    assert!(txn.start_ts() >= info.commit_ts, "{info:?}");
+    assert_eq!(txn.get(b"k").unwrap(), Some(b"v".to_vec()));
+    // A clone of the cleared snapshot reads without asking again.
+    assert_eq!(snapshot.clone().get(b"k").unwrap(), None);
+}
+
+/// `Client::gc` failing part way, after it deleted in one region: the
+/// safe point it gave stays announced through a later automatic round
+/// that announces a lower one (an export at a ts between the two would
+/// have read the region with its versions gone).
+#[test]
+fn a_gc_that_failed_part_way_stays_announced() {
+    use percolate_engine::Durability;
+    let (client, engine, _dir) = faulty_client(Durability::Buffered, ClientConfig::default());
+    commit(&client, &[("a", "1"), ("h", "1")]);
+    let between = client.current_ts().unwrap();
+    commit(&client, &[("a", "2"), ("h", "2")]);
+    let safe_point = client.current_ts().unwrap();
+    engine.fail_writes_after(1, 1);
+    assert!(matches!(client.gc(safe_point), Err(Error::Engine(_))));
+    assert_eq!(client.gc_safe_point_announced(), safe_point);
+    // The first region's old version went, the second's did not.
+    let old = client.snapshot(between);
+    assert_eq!(old.get(b"a").unwrap(), None);
+    assert_eq!(old.get(b"h").unwrap(), Some(b"1".to_vec()));
+
+    // An automatic round: ten minutes' life time puts its safe point far
+    // below the one given.
+    let round = client.gc_once().unwrap();
+    assert!(round.safe_point < safe_point, "{round:?}");
+    assert_eq!(client.gc_safe_point_announced(), safe_point);
 }

@@ -252,9 +252,9 @@ impl<E: Engine> Transaction<E> {
     super::scan::range_reads!();
 
     /// What its scans read: the client, the snapshot's ts, and the own
-    /// writes merged in.
+    /// writes merged in; never refused (the start_ts is the oracle's).
     fn scan_source(&self) -> ScanSource<'_, E> {
-        (&self.client, self.start_ts, Some(&self.buffer))
+        (&self.client, self.start_ts, Some(&self.buffer), None)
     }
 
     /// Sets `key` to `value` at commit.

@@ -647,8 +647,9 @@ impl<E: Engine> Storage<E> {
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 let waited =
                     waits.wait(&ticket, cmd.start_ts, &locked, info.lock_version, remaining);
-                // (A request with no time left to wait does not count as
-                // waiting unless it would close a cycle.)
+                // (A request with no time left that times out does not
+                // count as a wait; one the release beat, or that would
+                // close a cycle, does.)
                 let outcome = match &waited {
                     Ok(WaitOutcome::Released) => Some(LockWaitOutcome::Released),
                     Ok(WaitOutcome::TimedOut) if remaining.is_zero() => None,

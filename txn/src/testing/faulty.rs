@@ -18,6 +18,8 @@ pub struct FaultyEngine<E> {
 
 #[derive(Debug, Default)]
 struct FaultState {
+    /// Writes to let through before `fail_next` counts.
+    pass_first: AtomicUsize,
     fail_next: AtomicUsize,
     writes: AtomicUsize,
     synced: AtomicUsize,
@@ -43,6 +45,13 @@ impl<E: Engine> FaultyEngine<E> {
 
     /// Makes the next `n` writes fail (writing nothing).
     pub fn fail_next_writes(&self, n: usize) {
+        self.fail_writes_after(0, n);
+    }
+
+    /// Lets the next `ok` writes through, then makes `n` fail (writing
+    /// nothing): a failure part way through a run of writes.
+    pub fn fail_writes_after(&self, ok: usize, n: usize) {
+        self.state.pass_first.store(ok, Ordering::SeqCst);
         self.state.fail_next.store(n, Ordering::SeqCst);
     }
 
@@ -93,11 +102,11 @@ impl<E: Engine> Engine for FaultyEngine<E> {
         drop(self.state.gate.lock());
         self.state.waiting.fetch_sub(1, Ordering::SeqCst);
         self.state.writes.fetch_add(1, Ordering::SeqCst);
-        let failing = self
-            .state
-            .fail_next
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
+        let countdown = |n: &AtomicUsize| {
+            n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        let failing = !countdown(&self.state.pass_first) && countdown(&self.state.fail_next);
         if failing {
             return Err(percolate_engine::Error::Injected {
                 reason: "FaultyEngine fails this write".into(),
