@@ -55,7 +55,11 @@ pub enum Error {
     InvalidMaxTsUpdate {
         /// The timestamp the request carried.
         attempted_ts: TimeStamp,
-        /// The bound: the oracle's latest timestamp plus the allowance.
+        /// The bound: the oracle's latest timestamp or the wall clock
+        /// plus the allowance (see
+        /// [`MaxTsLimit`](crate::concurrency_manager::MaxTsLimit)), or, for
+        /// a snapshot read ahead of an oracle that did not move past it,
+        /// the oracle's latest timestamp.
         limit: TimeStamp,
     },
 

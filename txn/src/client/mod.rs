@@ -416,18 +416,23 @@ impl<E: Engine> Inner<E> {
     /// above it, and the transactions that begin after those commits must
     /// read above them.
     ///
-    /// Nothing to do for a `ts` at or below a fresh timestamp. Above, the
+    /// Nothing to do for a `ts` at or below a fresh timestamp, or for
+    /// `TimeStamp::max()` (a read of the latest data, which raises no
+    /// `max_ts`). Above, the
     /// regions' `max_ts` limit must accept `ts`, and it must be within
     /// [`MaxTsLimit::DEFAULT_ALLOWANCE`] of the wall clock (which the
     /// limit of a client from [`Client::open`] checks itself:
     /// [`MaxTsLimit::with_wall_clock`]): a bogus far `ts` must not drag
     /// every later timestamp with it, and reads that each step a little
     /// past the oracle must not walk it away from the clock. Then the
-    /// oracle moves past `ts`. A `ts` refused is
+    /// oracle moves past `ts`, and a fresh timestamp must show it did (an
+    /// oracle whose [`advance_past`](TimestampOracle::advance_past) does
+    /// nothing cannot serve such reads). A `ts` refused is
     /// [`Error::InvalidMaxTsUpdate`]; a move the oracle fails to persist
-    /// is its error.
+    /// is its error. A read-only client ([`Client::open_read_only`])
+    /// commits nothing, so nothing is asked of it.
     pub(crate) fn read_ahead(&self, ts: TimeStamp) -> Result<()> {
-        if ts <= self.oracle.get_ts()? {
+        if self.read_only.is_some() || ts.is_max() || ts <= self.oracle.get_ts()? {
             return Ok(());
         }
         let mut clock_bounded = true;
@@ -447,7 +452,15 @@ impl<E: Engine> Inner<E> {
                 });
             }
         }
-        self.oracle.advance_past(ts)
+        self.oracle.advance_past(ts)?;
+        let moved = self.oracle.get_ts()?;
+        if moved <= ts {
+            return Err(Error::InvalidMaxTsUpdate {
+                attempted_ts: ts,
+                limit: moved,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -675,10 +688,12 @@ impl<E: Engine> Client<E> {
     /// does: a read there raises the regions' `max_ts` to `ts`, the
     /// async-commit and 1PC commits after it are computed above `ts`, and
     /// the transactions that begin after those commits must read above
-    /// them. The move is refused for a `ts` more than a minute (the
-    /// regions' allowance) ahead of the wall clock, and then every read
-    /// of the snapshot fails with [`Error::InvalidMaxTsUpdate`] (each
-    /// tries again: the clock moves on).
+    /// them. The move is refused for a `ts` above the regions' `max_ts`
+    /// limit (for a client from [`Client::open`], more than a minute
+    /// ahead of the wall clock), or one the oracle does not move past,
+    /// and then every read of the snapshot fails with
+    /// [`Error::InvalidMaxTsUpdate`] (each tries again: the clock moves
+    /// on). A read-only client moves nothing: it commits nothing.
     pub fn snapshot(&self, ts: TimeStamp) -> Snapshot<E> {
         Snapshot::new(
             self.inner.clone(),

@@ -1610,6 +1610,11 @@ fn a_snapshot_read_once_the_clock_caught_up_moves_the_oracle_first() {
     assert_eq!(txn.get(b"k").unwrap(), Some(b"v".to_vec()));
     // A clone of the cleared snapshot reads without asking again.
     assert_eq!(snapshot.clone().get(b"k").unwrap(), None);
+    // A snapshot at the largest ts reads the latest data (it raises no
+    // `max_ts`, so the oracle need not move).
+    let latest = client.snapshot(TimeStamp::max());
+    assert_eq!(latest.get(b"k").unwrap(), Some(b"v".to_vec()));
+    assert!(client.current_ts().unwrap().physical() < 1_200_000);
 }
 
 /// `Client::gc` failing part way, after it deleted in one region: the
@@ -1637,4 +1642,33 @@ fn a_gc_that_failed_part_way_stays_announced() {
     let round = client.gc_once().unwrap();
     assert!(round.safe_point < safe_point, "{round:?}");
     assert_eq!(client.gc_safe_point_announced(), safe_point);
+}
+
+/// An oracle that cannot be moved (its `advance_past` is the trait's
+/// no-op): a snapshot ahead of it is refused, as a read there would raise
+/// `max_ts` where the oracle does not follow.
+#[test]
+fn a_snapshot_ahead_of_an_oracle_that_cannot_move_is_refused() {
+    struct Fixed(crate::oracle::CounterOracle);
+    impl TimestampOracle for Fixed {
+        fn get_ts(&self) -> Result<TimeStamp> {
+            self.0.get_ts()
+        }
+        fn get_ts_batch(&self, count: u32) -> Result<TimeStamp> {
+            self.0.get_ts_batch(count)
+        }
+    }
+    let now_ms = crate::oracle::Clock::now_ms(&crate::oracle::SystemClock);
+    let oracle = Arc::new(Fixed(crate::oracle::CounterOracle::new(
+        TimeStamp::compose(now_ms, 0).into_inner(),
+    )));
+    let client = client_with(oracle, ClientConfig::default());
+    let ahead = TimeStamp::compose(now_ms + 30_000, 0);
+    assert!(matches!(
+        client.snapshot(ahead).get(b"k"),
+        Err(Error::InvalidMaxTsUpdate { attempted_ts, .. }) if attempted_ts == ahead
+    ));
+    // Behind the oracle: read as before.
+    let behind = client.current_ts().unwrap();
+    assert_eq!(client.snapshot(behind).get(b"k").unwrap(), None);
 }
