@@ -292,6 +292,9 @@ pub(crate) struct Inner<E: Engine> {
     /// The directory of a client from [`Client::open_read_only`]: it
     /// writes nothing, and a lock met is an error, not resolved.
     pub(crate) read_only: Option<std::path::PathBuf>,
+    /// A timestamp the oracle is known to have handed out (or been moved
+    /// past): a snapshot at or below it needs no move (`read_ahead`).
+    handed_out: std::sync::atomic::AtomicU64,
 }
 
 impl Client<RocksEngine> {
@@ -416,7 +419,9 @@ impl<E: Engine> Inner<E> {
     /// above it, and the transactions that begin after those commits must
     /// read above them.
     ///
-    /// Nothing to do for a `ts` at or below a fresh timestamp, or for
+    /// Nothing to do for a `ts` at or below a timestamp the oracle
+    /// handed out (the largest this asked for is kept: no call for a
+    /// snapshot at an older one), or for
     /// `TimeStamp::max()` (a read of the latest data, which raises no
     /// `max_ts`). Above, the
     /// regions' `max_ts` limit must accept `ts`, and it must be within
@@ -432,7 +437,17 @@ impl<E: Engine> Inner<E> {
     /// is its error. A read-only client ([`Client::open_read_only`])
     /// commits nothing, so nothing is asked of it.
     pub(crate) fn read_ahead(&self, ts: TimeStamp) -> Result<()> {
-        if self.read_only.is_some() || ts.is_max() || ts <= self.oracle.get_ts()? {
+        use std::sync::atomic::Ordering;
+        if self.read_only.is_some()
+            || ts.is_max()
+            || ts.into_inner() <= self.handed_out.load(Ordering::Relaxed)
+        {
+            return Ok(());
+        }
+        let fresh = self.oracle.get_ts()?;
+        self.handed_out
+            .fetch_max(fresh.into_inner(), Ordering::Relaxed);
+        if ts <= fresh {
             return Ok(());
         }
         let mut clock_bounded = true;
@@ -454,6 +469,8 @@ impl<E: Engine> Inner<E> {
         }
         self.oracle.advance_past(ts)?;
         let moved = self.oracle.get_ts()?;
+        self.handed_out
+            .fetch_max(moved.into_inner(), Ordering::Relaxed);
         if moved <= ts {
             return Err(Error::InvalidMaxTsUpdate {
                 attempted_ts: ts,
@@ -1012,6 +1029,7 @@ impl<E: Engine> Inner<E> {
             observers: observe::Registry::new(),
             _dir_lock: dir_lock,
             read_only,
+            handed_out: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }

@@ -1671,4 +1671,9 @@ fn a_snapshot_ahead_of_an_oracle_that_cannot_move_is_refused() {
     // Behind the oracle: read as before.
     let behind = client.current_ts().unwrap();
     assert_eq!(client.snapshot(behind).get(b"k").unwrap(), None);
+    // The oracle was asked once, above `behind`: another snapshot at or
+    // below it asks nothing.
+    let calls = client.metrics().oracle_calls;
+    assert_eq!(client.snapshot(behind).get(b"k").unwrap(), None);
+    assert_eq!(client.metrics().oracle_calls, calls);
 }
