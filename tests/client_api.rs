@@ -27,6 +27,7 @@ client_scenarios_on_both_engines! {
     damaged_records_are_removed_by_repair_and_handed_back => damaged_records_are_repaired;
     gc_resolves_every_region_before_collecting_any => gc_resolves_before_it_collects;
     commits_after_a_read_ahead_of_the_oracle_are_seen_by_later_transactions => commits_after_a_read_ahead_are_seen;
+    an_insert_undone_by_a_delete_keeps_its_check_that_the_key_is_absent => an_undone_insert_keeps_its_check;
 }
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
@@ -757,4 +758,52 @@ fn a_read_beyond_the_clock_is_refused_after_the_oracle_moved_ahead() {
     let txn = client.begin().unwrap();
     assert!(txn.start_ts() >= info.commit_ts);
     assert_eq!(txn.get(b"k").unwrap(), Some(b"v".to_vec()));
+}
+
+/// An insert the transaction then deleted still fails on a key that
+/// exists (TiDB's CheckNotExists): the commit is refused with
+/// `AlreadyExist` and writes nothing, whether the key is the commit's
+/// primary, a 1PC key or a secondary of another region. Over an absent key
+/// the commit goes through and the key stays absent.
+fn an_undone_insert_keeps_its_check<E: Engine>(client: &Client<E>) {
+    use percolate::Key;
+    use percolate::mvcc::Error as MvccError;
+    let mut txn = client.begin().unwrap();
+    for (k, v) in [(&b"a"[..], &b"1"[..]), (b"h", b"1"), (b"q", b"1")] {
+        txn.put(k, v);
+    }
+    txn.commit().unwrap();
+    let already_exist = |outcome: Result<_, Error>, key: &[u8]| match outcome {
+        Err(Error::Mvcc(MvccError::AlreadyExist { key: k, .. })) => {
+            assert_eq!(k, Key::from_raw(key))
+        }
+        other => panic!("expected AlreadyExist on {key:?}, got {other:?}"),
+    };
+    // The only key (1PC), the primary of a commit across regions, and a
+    // secondary in another region.
+    for (undone, others) in [
+        (&b"a"[..], &[][..]),
+        (b"a", &[&b"b"[..], b"z"][..]),
+        (b"q", &[&b"b"[..], b"i"][..]),
+    ] {
+        let mut txn = client.begin().unwrap();
+        txn.insert(undone, b"2");
+        txn.delete(undone);
+        for k in others {
+            txn.put(*k, b"2");
+        }
+        already_exist(txn.commit(), undone);
+        assert_eq!(client.get_latest(undone).unwrap(), Some(b"1".to_vec()));
+        for k in others {
+            assert_eq!(client.get_latest(k).unwrap(), None, "{k:?}");
+        }
+    }
+    // Absent: committed, and still absent.
+    let mut txn = client.begin().unwrap();
+    txn.insert(b"c", b"2");
+    txn.delete(b"c");
+    txn.put(b"r", b"2");
+    txn.commit().unwrap();
+    assert_eq!(client.get_latest(b"c").unwrap(), None);
+    assert_eq!(client.get_latest(b"r").unwrap(), Some(b"2".to_vec()));
 }

@@ -340,6 +340,27 @@ fn c10_insert_looks_through_rollback_and_lock_records<E: Engine>(f: TxnFixture<E
     f.must_locked(b"k2", 10);
 }
 
+/// A delete of a key the same transaction inserted (`DeleteInserted`):
+/// checked as an insert is (through Rollback and Lock records to the
+/// newest Put or Delete), then locked and committed as a Delete.
+fn c12_delete_of_an_undone_insert<E: Engine>(f: TxnFixture<E>) {
+    let delete_inserted = |k: &[u8]| Mutation::delete_inserted(key(k));
+    f.must_put_committed(b"k", b"v", 6, 7);
+    f.must_rollback(b"k", 8);
+    let err = f.must_prewrite_err(delete_inserted(b"k"), b"k", 9);
+    assert_already_exist(&err, b"k", 6);
+    f.must_unlocked(b"k");
+    f.must_delete_committed(b"k", 10, 11);
+    f.must_prewrite(delete_inserted(b"k"), b"k", 12);
+    assert_eq!(f.must_locked(b"k", 12).lock_type, LockType::Delete);
+    f.must_commit(b"k", 12, 13);
+    f.must_written(b"k", 12, 13, WriteType::Delete);
+    f.must_get_none(b"k", 14);
+    f.must_get_none(b"absent", 14);
+    f.must_prewrite(delete_inserted(b"absent"), b"absent", 15);
+    assert_eq!(f.must_locked(b"absent", 15).lock_type, LockType::Delete);
+}
+
 /// C12: CheckNotExists follows Insert's existence rules but never writes a
 /// lock. In async commit and 1PC its min_commit_ts is
 /// `max(request min_commit_ts, start_ts + 1)`, not derived from max_ts.
@@ -1577,6 +1598,7 @@ on_both_engines!(
     c9_insert,
     c10_insert_looks_through_rollback_and_lock_records,
     c12_check_not_exists,
+    c12_delete_of_an_undone_insert,
     c13_existence_checks_are_linearizable,
     c15_retried_prewrite_of_committed_txn_meets_newer_lock,
     c16_retried_prewrite_of_rolled_back_txn_fails,

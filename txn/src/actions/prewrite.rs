@@ -38,6 +38,12 @@ pub enum MutationKind {
     Insert(Vec<u8>),
     /// Fails with `AlreadyExist` if the key exists; writes nothing.
     CheckNotExists,
+    /// Removes the key, failing with `AlreadyExist` if it exists: what is
+    /// left of an `Insert` that the same transaction then deleted. The
+    /// insert's check stands (TiDB's `CheckNotExists` for such a key), and
+    /// the key holds a Delete lock, so that it can be the primary or an
+    /// async-commit secondary as any written key can.
+    DeleteInserted,
 }
 
 /// One key of a prewrite.
@@ -114,6 +120,11 @@ impl Mutation {
         Self::new(key, MutationKind::CheckNotExists)
     }
 
+    /// A Delete checked not to exist (see [`MutationKind::DeleteInserted`]).
+    pub fn delete_inserted(key: Key) -> Self {
+        Self::new(key, MutationKind::DeleteInserted)
+    }
+
     /// Adds an existence assertion.
     #[must_use]
     pub fn with_assertion(mut self, assertion: Assertion) -> Self {
@@ -138,7 +149,7 @@ impl Mutation {
     fn should_not_exist(&self) -> bool {
         matches!(
             self.kind,
-            MutationKind::Insert(_) | MutationKind::CheckNotExists
+            MutationKind::Insert(_) | MutationKind::CheckNotExists | MutationKind::DeleteInserted
         )
     }
 
@@ -150,7 +161,7 @@ impl Mutation {
     fn lock_type(&self) -> Option<LockType> {
         match self.kind {
             MutationKind::Put(_) | MutationKind::Insert(_) => Some(LockType::Put),
-            MutationKind::Delete => Some(LockType::Delete),
+            MutationKind::Delete | MutationKind::DeleteInserted => Some(LockType::Delete),
             MutationKind::Lock => Some(LockType::Lock),
             MutationKind::CheckNotExists => None,
         }

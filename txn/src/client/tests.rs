@@ -1442,8 +1442,8 @@ fn an_insert_reads_the_transactions_own_writes_first() {
     }
     assert_eq!(s.client.get_latest(b"b").unwrap(), None);
     assert_eq!(s.client.get_latest(b"q").unwrap(), None);
-    // An insert undone by a delete is a delete; inserted again, it is an
-    // insert again, checked not to exist.
+    // An insert undone by a delete, of an absent key, commits a delete;
+    // inserted again, it is an insert again, checked not to exist.
     let mut txn = s.client.begin().unwrap();
     txn.insert(b"c".to_vec(), b"1".to_vec());
     txn.delete(b"c".to_vec());
@@ -1459,6 +1459,20 @@ fn an_insert_reads_the_transactions_own_writes_first() {
         Err(Error::Mvcc(percolate_mvcc::Error::AlreadyExist { .. }))
     ));
     assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"2".to_vec()));
+    // An insert undone by a delete keeps its check: over an existing key
+    // the commit fails and writes nothing.
+    let mut txn = s.client.begin().unwrap();
+    txn.insert(b"a".to_vec(), b"7".to_vec());
+    txn.delete(b"a".to_vec());
+    txn.put(b"q".to_vec(), b"1".to_vec());
+    match txn.commit() {
+        Err(Error::Mvcc(percolate_mvcc::Error::AlreadyExist { key, .. })) => {
+            assert_eq!(key, Key::from_raw(b"a"));
+        }
+        other => panic!("expected AlreadyExist, got {other:?}"),
+    }
+    assert_eq!(s.client.get_latest(b"a").unwrap(), Some(b"2".to_vec()));
+    assert_eq!(s.client.get_latest(b"q").unwrap(), None);
     // Across regions (async commit), an undone insert first among the keys
     // (the primary): committed whole.
     let mut txn = s.client.begin().unwrap();

@@ -28,8 +28,9 @@ pub(super) enum Op {
     Delete,
     Insert(Vec<u8>),
     Lock,
-    /// A delete of a key this transaction inserted: committed as a delete,
-    /// and an insert over it is an insert again (checked not to exist).
+    /// A delete of a key this transaction inserted: committed as a delete
+    /// that keeps the insert's check (`AlreadyExist` if the key exists),
+    /// and an insert over it is an insert again.
     DeleteInserted,
 }
 
@@ -41,7 +42,7 @@ impl Op {
             Op::Delete => Mutation::delete(key),
             Op::Insert(v) => Mutation::insert(key, v),
             Op::Lock => Mutation::lock(key),
-            Op::DeleteInserted => Mutation::delete(key),
+            Op::DeleteInserted => Mutation::delete_inserted(key),
         }
     }
 }
@@ -263,10 +264,11 @@ impl<E: Engine> Transaction<E> {
     }
 
     /// Deletes `key` at commit. It replaces an earlier [`insert`](Self::insert)
-    /// of the key by this transaction, and the insert's check that the key
-    /// does not exist goes with it (TiDB keeps that check; here a key
-    /// only checked, with no lock, could not be the commit's primary or an
-    /// async-commit secondary); an insert after the delete checks again.
+    /// of the key by this transaction, whose check that the key does not
+    /// exist stands, as TiDB keeps it: the commit fails with
+    /// `AlreadyExist` if the key exists then, and otherwise writes a
+    /// delete of the absent key. An insert after the delete is an insert
+    /// again.
     pub fn delete(&mut self, key: impl Into<Vec<u8>>) {
         let key = key.into();
         let op = match self.buffer.get(&key) {

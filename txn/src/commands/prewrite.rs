@@ -207,7 +207,10 @@ fn raw_len(key: &Key) -> usize {
 fn value_len(kind: &MutationKind) -> usize {
     match kind {
         MutationKind::Put(v) | MutationKind::Insert(v) => v.len(),
-        MutationKind::Delete | MutationKind::Lock | MutationKind::CheckNotExists => 0,
+        MutationKind::Delete
+        | MutationKind::DeleteInserted
+        | MutationKind::Lock
+        | MutationKind::CheckNotExists => 0,
     }
 }
 
@@ -219,7 +222,7 @@ fn invalid(reason: &'static str, key: Option<Key>) -> Error {
 fn lock_type(kind: &MutationKind) -> Option<LockType> {
     match kind {
         MutationKind::Put(_) | MutationKind::Insert(_) => Some(LockType::Put),
-        MutationKind::Delete => Some(LockType::Delete),
+        MutationKind::Delete | MutationKind::DeleteInserted => Some(LockType::Delete),
         MutationKind::Lock => Some(LockType::Lock),
         MutationKind::CheckNotExists => None,
     }
@@ -269,7 +272,9 @@ impl PrewriteRef<'_> {
         if mutations.iter().any(|m| {
             matches!(
                 m.kind,
-                MutationKind::Insert(_) | MutationKind::CheckNotExists
+                MutationKind::Insert(_)
+                    | MutationKind::CheckNotExists
+                    | MutationKind::DeleteInserted
             )
         }) {
             ctx.cm.update_max_ts(props.start_ts)?;
