@@ -24,42 +24,20 @@
 //! [`RocksEngine`](crate::RocksEngine)) from here.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::RwLock;
 
+use crate::mem::{BuildKeyHasher, key_hash};
 use crate::{Cf, Modify, WriteBatch};
 
 /// Shards of the table, each behind its own lock.
 const SHARDS: usize = 64;
 
-/// FNV-1a: keys are short, and a lookup should cost less than the RocksDB
-/// get it replaces.
-#[derive(Default)]
-pub(crate) struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut hash = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for byte in bytes {
-            hash ^= u64::from(*byte);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        self.0 = hash;
-    }
-}
-
-type Shard = HashMap<Vec<u8>, Vec<u8>, BuildHasherDefault<Fnv>>;
+/// Hashed a word at a time: a lookup should cost less than the RocksDB get
+/// it replaces.
+type Shard = HashMap<Vec<u8>, Vec<u8>, BuildKeyHasher>;
 
 /// A shard of memory-only locks, in key order.
 type OrderedShard = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -328,10 +306,9 @@ impl LockMirror {
 }
 
 fn shard(key: &[u8]) -> usize {
-    let mut hasher = Fnv::default();
-    hasher.write(key);
-    // The low bits pick the slot inside the shard's table: take high ones.
-    (hasher.finish() >> 58) as usize % SHARDS
+    // The shard's table hashes the key again (with the length first):
+    // the high bits of this one pick the shard.
+    (key_hash(key) >> 58) as usize % SHARDS
 }
 
 fn memory_shard(key: &[u8]) -> usize {

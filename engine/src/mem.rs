@@ -19,7 +19,13 @@
 /// keys that collide.
 #[inline]
 pub fn key_hash(bytes: &[u8]) -> u64 {
-    let mut hash = bytes.len() as u64;
+    finish(fold(bytes.len() as u64, bytes))
+}
+
+/// `bytes` folded into `hash`, an FxHash step per 8-byte word (the last
+/// one padded with zeros).
+#[inline]
+fn fold(mut hash: u64, bytes: &[u8]) -> u64 {
     let mut chunks = bytes.chunks_exact(8);
     for chunk in &mut chunks {
         let word = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
@@ -27,10 +33,36 @@ pub fn key_hash(bytes: &[u8]) -> u64 {
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let mut buf = [0u8; 8];
-        buf[..rest.len()].copy_from_slice(rest);
-        hash = fx_step(hash, u64::from_le_bytes(buf));
+        hash = fx_step(hash, tail_word(rest));
     }
+    hash
+}
+
+/// The 1 to 7 bytes of `rest` as a little-endian word padded with zeros,
+/// from two overlapping loads rather than a copy into a buffer (a call to
+/// `memcpy` for a few bytes, on the path of every table lookup).
+#[inline]
+fn tail_word(rest: &[u8]) -> u64 {
+    let n = rest.len();
+    debug_assert!((1..8).contains(&n));
+    if n >= 4 {
+        let low = u64::from(u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")));
+        let high = u64::from(u32::from_le_bytes(
+            rest[n - 4..].try_into().expect("4 bytes"),
+        ));
+        // The bytes the two loads share land on the same bits.
+        low | (high << ((n - 4) * 8))
+    } else {
+        u64::from(rest[0])
+            | (u64::from(rest[n / 2]) << (n / 2 * 8))
+            | (u64::from(rest[n - 1]) << ((n - 1) * 8))
+    }
+}
+
+/// MurmurHash3's 64-bit finalizer: keys differing in a few bits of one
+/// word spread over every bucket.
+#[inline]
+fn finish(mut hash: u64) -> u64 {
     hash ^= hash >> 33;
     hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
     hash ^= hash >> 33;
@@ -42,6 +74,38 @@ pub fn key_hash(bytes: &[u8]) -> u64 {
 fn fx_step(hash: u64, word: u64) -> u64 {
     (hash.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95)
 }
+
+/// A [`Hasher`](std::hash::Hasher) for the hash maps of the in-memory
+/// tables, the same steps as [`key_hash`]: a word at a time where a
+/// byte-at-a-time hash (FNV) makes a dependent multiply per byte of a key.
+/// Not keyed, as `key_hash` is not.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        finish(self.0)
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = fold(self.0, bytes);
+    }
+
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.0 = fx_step(self.0, n);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        self.0 = fx_step(self.0, n as u64);
+    }
+}
+
+/// Builds [`KeyHasher`]s, for `HashMap::with_hasher`.
+pub type BuildKeyHasher = std::hash::BuildHasherDefault<KeyHasher>;
 
 /// Asks the CPU to bring the cache line holding `value` into its caches,
 /// without waiting for it. Only a hint: it changes no memory and cannot
@@ -236,6 +300,16 @@ mod tests {
         // The padding of the last word is not mistaken for bytes.
         assert_ne!(key_hash(b"k"), key_hash(b"k\0"));
         assert_ne!(key_hash(b""), key_hash(b"\0"));
+    }
+
+    #[test]
+    fn a_tail_word_is_its_bytes_padded_with_zeros() {
+        let bytes = [0x11u8, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77];
+        for n in 1..8 {
+            let mut buf = [0u8; 8];
+            buf[..n].copy_from_slice(&bytes[..n]);
+            assert_eq!(tail_word(&bytes[..n]), u64::from_le_bytes(buf), "{n} bytes");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use percolate_engine::Engine;
+use percolate_engine::mem::BuildKeyHasher;
 use percolate_mvcc::TimeStamp;
 
 use super::{Inner, key};
@@ -31,8 +32,9 @@ pub(crate) struct HeartBeats {
 /// ones seldom meet on a mutex.
 const SHARDS: usize = 16;
 
-/// Primary keys, by start_ts.
-type Primaries = HashMap<TimeStamp, Vec<u8>>;
+/// Primary keys, by start_ts (hashed by a multiply, not SipHash: every
+/// pessimistic transaction adds and removes one).
+type Primaries = HashMap<TimeStamp, Vec<u8>, BuildKeyHasher>;
 
 struct Shared {
     primaries: Box<[CachePadded<Mutex<Primaries>>]>,

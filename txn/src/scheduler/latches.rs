@@ -24,6 +24,11 @@ use std::collections::VecDeque;
 
 use parking_lot::Mutex;
 use percolate_engine::mem::{key_hash, prefetch};
+use smallvec::SmallVec;
+
+/// Hashes a command's keys are held in without a heap allocation: most
+/// write commands (a lock request, a single-key commit) have one key.
+const INLINE_HASHES: usize = 4;
 
 /// Identifies a command while it holds or waits for latches.
 pub type CommandId = u64;
@@ -32,7 +37,7 @@ pub type CommandId = u64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lock {
     /// Key hashes, ascending, without duplicates.
-    required_hashes: Vec<u64>,
+    required_hashes: SmallVec<[u64; INLINE_HASHES]>,
     /// `required_hashes[..owned]` are owned (the command is the first
     /// entry with each of them).
     owned: usize,
@@ -123,7 +128,7 @@ impl Latches {
 
     /// The lock a command on `keys` (their bytes) must acquire.
     pub fn gen_lock<K: AsRef<[u8]>>(&self, keys: impl IntoIterator<Item = K>) -> Lock {
-        let mut required_hashes: Vec<u64> =
+        let mut required_hashes: SmallVec<[u64; INLINE_HASHES]> =
             keys.into_iter().map(|key| key_hash(key.as_ref())).collect();
         required_hashes.sort_unstable();
         required_hashes.dedup();
