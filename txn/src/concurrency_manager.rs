@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use percolate_mvcc::{CommittedVersion, Key, Lock, TimeStamp, VersionHints};
+use smallvec::SmallVec;
 
 use crate::Error;
 use crate::lock_wait::LockWaits;
@@ -402,7 +403,7 @@ impl Drop for KeyGuard {
 /// keys waits until [`publish`](Self::publish) and then sees the lock. See
 /// [`ConcurrencyManager::lock_for_publish`].
 pub struct PublishGuard<'a> {
-    slots: Vec<(&'a Key, MutexGuard<'a, Slot>)>,
+    slots: SmallVec<[(&'a Key, MutexGuard<'a, Slot>); 4]>,
 }
 
 impl std::fmt::Debug for PublishGuard<'_> {
@@ -600,7 +601,8 @@ impl ConcurrencyManager {
         &self,
         keys: impl IntoIterator<Item = K>,
     ) -> Vec<KeyGuard> {
-        let mut keys: Vec<K> = keys.into_iter().collect();
+        // (A commit of a few keys sorts them without a heap allocation.)
+        let mut keys: SmallVec<[K; 4]> = keys.into_iter().collect();
         keys.sort_unstable_by(|a, b| a.borrow().cmp(b.borrow()));
         keys.dedup_by(|a, b| a.borrow() == b.borrow());
         keys.iter()
