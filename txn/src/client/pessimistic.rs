@@ -249,7 +249,8 @@ impl<E: Engine> PessimisticTransaction<E> {
     /// [`CommitOptions`]).
     pub fn commit_with(mut self, options: CommitOptions) -> Result<CommitInfo> {
         self.finished = true;
-        let Some(primary) = self.primary.clone() else {
+        // (Finished: nothing reads the primary again.)
+        let Some(primary) = self.primary.take() else {
             // Nothing locked, so nothing written.
             return self.txn.commit_buffer(None, options);
         };

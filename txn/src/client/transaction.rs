@@ -577,10 +577,14 @@ impl<'a, E: Engine> Committer<'a, E> {
         pessimism: Option<Pessimism>,
     ) -> Self {
         let (writes, watched) = mutations(client, buffer);
+        let (pessimistic_primary, for_update_ts) = match pessimism {
+            Some(p) => (Some(p.primary), Some(p.for_update_ts)),
+            None => (None, None),
+        };
         let plan = CommitPlan::new(
             writes,
             |raw| client.cluster.region_index(raw),
-            pessimism.as_ref().map(|p| p.primary.clone()),
+            pessimistic_primary,
             plan_limits(&client.config),
         );
         let regions = client.cluster.regions();
@@ -597,7 +601,7 @@ impl<'a, E: Engine> Committer<'a, E> {
         Committer {
             client,
             start_ts,
-            for_update_ts: pessimism.map(|p| p.for_update_ts),
+            for_update_ts,
             primary: plan.primary,
             batches,
             planned: plan.protocol,
