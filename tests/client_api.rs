@@ -27,7 +27,7 @@ client_scenarios_on_both_engines! {
     damaged_records_are_removed_by_repair_and_handed_back => damaged_records_are_repaired;
     gc_resolves_every_region_before_collecting_any => gc_resolves_before_it_collects;
     commits_after_a_read_ahead_of_the_oracle_are_seen_by_later_transactions => commits_after_a_read_ahead_are_seen;
-    an_insert_undone_by_a_delete_keeps_its_check_that_the_key_is_absent => an_undone_insert_keeps_its_check;
+    an_insert_undone_by_a_delete_or_overwritten_keeps_its_check_that_the_key_is_absent => an_undone_insert_keeps_its_check;
 }
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
@@ -760,11 +760,12 @@ fn a_read_beyond_the_clock_is_refused_after_the_oracle_moved_ahead() {
     assert_eq!(txn.get(b"k").unwrap(), Some(b"v".to_vec()));
 }
 
-/// An insert the transaction then deleted still fails on a key that
-/// exists (TiDB's CheckNotExists): the commit is refused with
-/// `AlreadyExist` and writes nothing, whether the key is the commit's
-/// primary, a 1PC key or a secondary of another region. Over an absent key
-/// the commit goes through and the key stays absent.
+/// An insert the transaction then deleted, or overwrote with a put, still
+/// fails on a key that exists (TiDB's CheckNotExists, and its
+/// presume-not-exists flag): the commit is refused with `AlreadyExist` and
+/// writes nothing, whether the key is the commit's primary, a 1PC key or a
+/// secondary of another region. Over an absent key the commit goes through
+/// and the key stays absent (or takes the put's value).
 fn an_undone_insert_keeps_its_check<E: Engine>(client: &Client<E>) {
     use percolate::Key;
     use percolate::mvcc::Error as MvccError;
@@ -798,6 +799,22 @@ fn an_undone_insert_keeps_its_check<E: Engine>(client: &Client<E>) {
             assert_eq!(client.get_latest(k).unwrap(), None, "{k:?}");
         }
     }
+    // A put over the insert (deleted since or not) keeps its check too.
+    for delete_first in [false, true] {
+        let mut txn = client.begin().unwrap();
+        txn.insert(b"h", b"2");
+        if delete_first {
+            txn.delete(b"h");
+        }
+        txn.put(b"h", b"3");
+        already_exist(txn.commit(), b"h");
+        assert_eq!(client.get_latest(b"h").unwrap(), Some(b"1".to_vec()));
+    }
+    let mut txn = client.begin().unwrap();
+    txn.insert(b"e", b"2");
+    txn.put(b"e", b"3");
+    txn.commit().unwrap();
+    assert_eq!(client.get_latest(b"e").unwrap(), Some(b"3".to_vec()));
     // Absent: committed, and still absent.
     let mut txn = client.begin().unwrap();
     txn.insert(b"c", b"2");

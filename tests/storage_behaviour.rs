@@ -1289,6 +1289,45 @@ fn o2_c13_existence_checks_are_linearizable<E: Engine>(f: StorageFixture<E>) {
     f.txn.must_unlocked(b"k");
 }
 
+/// C13 for a delete of an undone insert (`DeleteInserted`), through the
+/// storage: its existence check is a read at its start_ts as
+/// CheckNotExists's is. Failing with AlreadyExist it still raises max_ts to
+/// 15, so a 1PC Delete of k from s=8 commits at 16, and the same check at
+/// s=10 then meets that Delete as a write conflict. Over an absent key, as
+/// an async-commit primary, it is locked and answered min_commit_ts
+/// start_ts + 1, and a retry of the prewrite answers the same.
+fn o2_c13_a_delete_of_an_undone_insert_is_an_existence_check<E: Engine>(f: StorageFixture<E>) {
+    f.must_put_committed(b"k", b"v", 4, 5);
+    f.read_at(5);
+    let undone = |s| Prewrite::new(vec![Mutation::delete_inserted(key(b"k"))], b"k", ts(s));
+    let err = f.storage.prewrite(undone(15)).unwrap_err();
+    assert!(
+        matches!(err, Error::Mvcc(MvccError::AlreadyExist { .. })),
+        "{err:?}"
+    );
+    assert_eq!(f.max_ts(), ts(15));
+    let delete = f
+        .must_prewrite(Prewrite::new(vec![Mutation::delete(key(b"k"))], b"k", ts(8)).one_pc(ts(0)));
+    assert_eq!(delete.one_pc_commit_ts, Some(ts(16)));
+    let err = f.storage.prewrite(undone(10)).unwrap_err();
+    assert!(err.is_conflict(), "{err:?}");
+    f.txn.must_unlocked(b"k");
+    let primary = |s| {
+        Prewrite::new(
+            vec![
+                Mutation::delete_inserted(key(b"a")),
+                Mutation::put(key(b"b"), b"1".to_vec()),
+            ],
+            b"a",
+            ts(s),
+        )
+        .async_commit(vec![b"b".to_vec()], ts(0))
+    };
+    assert_eq!(f.must_prewrite(primary(20)).min_commit_ts, Some(ts(21)));
+    assert_eq!(f.must_prewrite(primary(20)).min_commit_ts, Some(ts(21)));
+    assert_eq!(f.txn.must_locked(b"a", 20).lock_type, LockType::Delete);
+}
+
 // ---------------------------------------------------------------- §3
 
 /// §3.1: a read at MAX steps over a plain 2PC primary lock but not over an
@@ -1387,6 +1426,7 @@ on_both_engines!(
     o1_every_read_raises_max_ts,
     g15_check_txn_status_pushes_max_ts,
     o2_c13_existence_checks_are_linearizable,
+    o2_c13_a_delete_of_an_undone_insert_is_an_existence_check,
     s3_1_max_ts_read_skips_only_plain_primary_locks,
     s3_9_scan_lock_bounds_later_async_commits,
 );

@@ -42,7 +42,9 @@ pub enum MutationKind {
     /// left of an `Insert` that the same transaction then deleted. The
     /// insert's check stands (TiDB's `CheckNotExists` for such a key), and
     /// the key holds a Delete lock, so that it can be the primary or an
-    /// async-commit secondary as any written key can.
+    /// async-commit secondary as any written key can. In a pessimistic
+    /// prewrite the check is made where an `Insert`'s is: not over the
+    /// transaction's own pessimistic lock, whose request checked it.
     DeleteInserted,
 }
 
@@ -585,7 +587,7 @@ fn newest_data_version<S: Snapshot>(
     Ok(None)
 }
 
-/// Insert / CheckNotExists and existence assertions. A failed assertion
+/// Insert / CheckNotExists / DeleteInserted and existence assertions. A failed assertion
 /// names the key's newest Put or Delete (zeros when it has none).
 fn check_existence<S: Snapshot>(
     reader: &mut MvccReader<S>,

@@ -258,9 +258,17 @@ impl<E: Engine> Transaction<E> {
         (&self.client, self.start_ts, Some(&self.buffer), None)
     }
 
-    /// Sets `key` to `value` at commit.
+    /// Sets `key` to `value` at commit. Over an earlier
+    /// [`insert`](Self::insert) of the key by this transaction (deleted
+    /// since or not), it stays an insert with the new value, as in TiDB:
+    /// the commit still fails with `AlreadyExist` if the key exists then.
     pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
-        self.buffer.insert(key.into(), Op::Put(value.into()));
+        let key = key.into();
+        let op = match self.buffer.get(&key) {
+            Some(Op::Insert(_) | Op::DeleteInserted) => Op::Insert(value.into()),
+            _ => Op::Put(value.into()),
+        };
+        self.buffer.insert(key, op);
     }
 
     /// Deletes `key` at commit. It replaces an earlier [`insert`](Self::insert)
