@@ -1271,10 +1271,15 @@ fn o1_every_read_raises_max_ts<E: Engine>(f: StorageFixture<E>) {
 /// CheckNotExists at s=10 then fails with a write conflict, since the Delete
 /// at 16 is newer than 10, instead of succeeding, and leaves k unlocked.
 fn o2_c13_existence_checks_are_linearizable<E: Engine>(f: StorageFixture<E>) {
+    existence_check_is_linearizable(&f, Mutation::check_not_exists);
+}
+
+/// The C13 scenario with `check` as the existence check of k.
+fn existence_check_is_linearizable<E: Engine>(f: &StorageFixture<E>, check: fn(Key) -> Mutation) {
     f.must_put_committed(b"k", b"v", 4, 5);
     f.read_at(5);
-    let pcne = |s| Prewrite::new(vec![Mutation::check_not_exists(key(b"k"))], b"k", ts(s));
-    let err = f.storage.prewrite(pcne(15)).unwrap_err();
+    let prewrite = |s| Prewrite::new(vec![check(key(b"k"))], b"k", ts(s));
+    let err = f.storage.prewrite(prewrite(15)).unwrap_err();
     assert!(
         matches!(err, Error::Mvcc(MvccError::AlreadyExist { .. })),
         "{err:?}"
@@ -1284,34 +1289,18 @@ fn o2_c13_existence_checks_are_linearizable<E: Engine>(f: StorageFixture<E>) {
     let delete = f
         .must_prewrite(Prewrite::new(vec![Mutation::delete(key(b"k"))], b"k", ts(8)).one_pc(ts(0)));
     assert_eq!(delete.one_pc_commit_ts, Some(ts(16)));
-    let err = f.storage.prewrite(pcne(10)).unwrap_err();
+    let err = f.storage.prewrite(prewrite(10)).unwrap_err();
     assert!(err.is_conflict(), "{err:?}");
     f.txn.must_unlocked(b"k");
 }
 
 /// C13 for a delete of an undone insert (`DeleteInserted`), through the
 /// storage: its existence check is a read at its start_ts as
-/// CheckNotExists's is. Failing with AlreadyExist it still raises max_ts to
-/// 15, so a 1PC Delete of k from s=8 commits at 16, and the same check at
-/// s=10 then meets that Delete as a write conflict. Over an absent key, as
-/// an async-commit primary, it is locked and answered min_commit_ts
+/// CheckNotExists's is (the same scenario). Over an absent key, as an
+/// async-commit primary, it is locked and answered min_commit_ts
 /// start_ts + 1, and a retry of the prewrite answers the same.
 fn o2_c13_a_delete_of_an_undone_insert_is_an_existence_check<E: Engine>(f: StorageFixture<E>) {
-    f.must_put_committed(b"k", b"v", 4, 5);
-    f.read_at(5);
-    let undone = |s| Prewrite::new(vec![Mutation::delete_inserted(key(b"k"))], b"k", ts(s));
-    let err = f.storage.prewrite(undone(15)).unwrap_err();
-    assert!(
-        matches!(err, Error::Mvcc(MvccError::AlreadyExist { .. })),
-        "{err:?}"
-    );
-    assert_eq!(f.max_ts(), ts(15));
-    let delete = f
-        .must_prewrite(Prewrite::new(vec![Mutation::delete(key(b"k"))], b"k", ts(8)).one_pc(ts(0)));
-    assert_eq!(delete.one_pc_commit_ts, Some(ts(16)));
-    let err = f.storage.prewrite(undone(10)).unwrap_err();
-    assert!(err.is_conflict(), "{err:?}");
-    f.txn.must_unlocked(b"k");
+    existence_check_is_linearizable(&f, Mutation::delete_inserted);
     let primary = |s| {
         Prewrite::new(
             vec![
