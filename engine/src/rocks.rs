@@ -756,16 +756,28 @@ fn handle(db: &DB, cf: Cf) -> Result<&ColumnFamily> {
         .ok_or(Error::MissingColumnFamily { cf: cf.name() })
 }
 
+/// A stored key built on the stack: most keys fit, and RocksDB copies
+/// the key it is given, so a write or a point read allocates none for it.
+type StoredKey = smallvec::SmallVec<[u8; 96]>;
+
 /// Sets `buf` to the stored form of `key`.
-fn set_data_key(buf: &mut Vec<u8>, key: &[u8]) {
+fn set_data_key(buf: &mut StoredKey, key: &[u8]) {
     buf.clear();
     buf.push(DATA_PREFIX);
     buf.extend_from_slice(key);
 }
 
+/// The stored form of `key`, on the stack where it fits.
+fn stored_key(key: &[u8]) -> StoredKey {
+    let mut stored = StoredKey::new();
+    set_data_key(&mut stored, key);
+    stored
+}
+
 fn data_key(key: &[u8]) -> Vec<u8> {
     let mut stored = Vec::with_capacity(key.len() + 1);
-    set_data_key(&mut stored, key);
+    stored.push(DATA_PREFIX);
+    stored.extend_from_slice(key);
     stored
 }
 
@@ -913,7 +925,7 @@ impl RocksEngine {
             made.get_or_insert_with(|| rocksdb::WriteBatch::with_capacity_bytes(size))
         }
         // RocksDB copies keys into the batch: one scratch buffer serves all.
-        let mut stored = Vec::new();
+        let mut stored = StoredKey::new();
         let locks = &self.inner.locks;
         let modifies = batch.modifies();
         // Lock-CF puts for RocksDB so far in this batch: the mirror's state
@@ -1177,7 +1189,7 @@ impl Snapshot for RocksSnapshot {
         };
         let db = self.db();
         let handle = handle(db, cf)?;
-        let value = db.get_pinned_cf_opt(handle, data_key(key), read)?;
+        let value = db.get_pinned_cf_opt(handle, stored_key(key), read)?;
         Ok(match value {
             Some(value) => Some(value.to_vec()),
             // A snapshot sees memory-only locks as they are now.

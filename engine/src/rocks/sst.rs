@@ -96,7 +96,7 @@ pub struct SstFileInfo {
 pub struct SstSink<'a> {
     writer: SstFileWriter<'a>,
     /// The stored key being added (data prefix + key).
-    stored: Vec<u8>,
+    stored: super::StoredKey,
     entries: u64,
 }
 
@@ -172,7 +172,7 @@ impl RocksEngine {
         let opts = sst_options(cf)?;
         let mut sink = SstSink {
             writer: SstFileWriter::create(&opts),
-            stored: Vec::new(),
+            stored: super::StoredKey::new(),
             entries: 0,
         };
         sink.writer.open(path).map_err(Error::from)?;

@@ -269,8 +269,8 @@ impl<S: Snapshot> MvccReader<S> {
         hints: &dyn crate::VersionHints,
         accept: impl FnOnce(&S, TimeStamp) -> bool,
     ) -> Result<Option<(TimeStamp, Write)>> {
-        let mut record = Vec::new();
-        let Some((commit_ts, epoch)) = hints.newest_data_version(key, &mut record) else {
+        let mut record = ScratchRecord::take();
+        let Some((commit_ts, epoch)) = hints.newest_data_version(key, &mut record.0) else {
             return Ok(None);
         };
         if self.snapshot.write_epoch(key.as_encoded()) != Some(epoch)
@@ -278,14 +278,14 @@ impl<S: Snapshot> MvccReader<S> {
         {
             return Ok(None);
         }
-        if record.is_empty() {
+        if record.0.is_empty() {
             let Some(found) = self.write_record_at(key, commit_ts)? else {
                 return Ok(None);
             };
             hints.fill(key, commit_ts, epoch, &found);
-            record = found;
+            record.0 = found;
         }
-        let write = self.parse_write(key, commit_ts, &record)?;
+        let write = self.parse_write(key, commit_ts, &record.0)?;
         Ok(Some((commit_ts, write)))
     }
 
@@ -707,6 +707,30 @@ pub(crate) fn parse_version<'a>(
     }
     let write = WriteRef::parse(value).map_err(|e| Error::corruption(Cf::Write, stored_key, e))?;
     Ok(Some((commit_ts, write)))
+}
+
+thread_local! {
+    /// The buffer a hinted read copies a record into, kept per thread so
+    /// that a read allocates none for it.
+    static RECORD_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// This thread's record buffer, taken for one read and given back (empty,
+/// with its capacity) when dropped.
+struct ScratchRecord(Vec<u8>);
+
+impl ScratchRecord {
+    fn take() -> Self {
+        ScratchRecord(RECORD_BUF.with(std::cell::Cell::take))
+    }
+}
+
+impl Drop for ScratchRecord {
+    fn drop(&mut self) {
+        let mut buf = std::mem::take(&mut self.0);
+        buf.clear();
+        RECORD_BUF.with(|cell| cell.set(buf));
+    }
 }
 
 #[cfg(test)]

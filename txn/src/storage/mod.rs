@@ -200,7 +200,11 @@ impl<E: Engine> Storage<E> {
         Storage {
             scheduler: Scheduler::new(engine, cm, &config.scheduler),
             metrics: config.metrics,
-            bounds: config.key_range.map(Bounds::new),
+            // The whole key space holds every key: nothing to check.
+            bounds: config
+                .key_range
+                .filter(|range| *range != KeyRange::default())
+                .map(Bounds::new),
         }
     }
 
