@@ -135,6 +135,10 @@ fn into_batches(
     max_batch_keys: usize,
 ) -> Vec<(usize, Vec<Mutation>)> {
     let max_batch_keys = max_batch_keys.max(1);
+    if by_region.iter().all(|(_, m)| m.len() <= max_batch_keys) {
+        // One batch per region (every small commit): the list as it is.
+        return by_region;
+    }
     let mut batches = Vec::with_capacity(by_region.len());
     for (region, mutations) in by_region {
         if mutations.len() <= max_batch_keys {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use percolate_engine::{Durability, Engine, RocksEngine};
 use percolate_mvcc::{Key, LockInfo, TimeStamp};
+use smallvec::SmallVec;
 
 use super::plan::{CommitPlan, Decision, PlanLimits, PrewriteShape, decide};
 use super::scan::{ByteRange, Keys, Scan, ScanKind, ScanSource};
@@ -542,7 +543,8 @@ struct Committer<'a, E: Engine> {
     /// A pessimistic transaction's latest for_update_ts.
     for_update_ts: Option<TimeStamp>,
     primary: Vec<u8>,
-    batches: Vec<Batch>,
+    /// One for every 1PC commit: kept inline.
+    batches: SmallVec<[Batch; 1]>,
     /// The protocol the prewrites ask for ([`CommitPlan::protocol`]); the
     /// one the commit ends with is [`decide`]d from their answers.
     planned: CommitProtocol,
@@ -831,7 +833,7 @@ impl<'a, E: Engine> Committer<'a, E> {
     /// Sends every batch at once and waits for all; batches blocked by other
     /// transactions' locks are resolved and sent again until the deadline.
     /// Returns one result per batch.
-    fn prewrite_all(&self) -> Result<Vec<PrewriteResult>> {
+    fn prewrite_all(&self) -> Result<SmallVec<[PrewriteResult; 1]>> {
         let deadline = Deadline::after(self.client.config.resolve_timeout);
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
         // With the fail point armed, batches go one at a time, so that it
@@ -849,7 +851,7 @@ impl<'a, E: Engine> Committer<'a, E> {
                 let result = storage.prewrite_in_place(request, self.command_options())?;
                 if result.locks.is_empty() {
                     self.wrote.set(true);
-                    return Ok(vec![result]);
+                    return Ok(smallvec::smallvec![result]);
                 }
                 self.wait_for(&result.locks, &deadline, &mut backoff)?;
             }

@@ -330,10 +330,33 @@ impl<E: Engine> Scheduler<E> {
         T: Send + 'static,
         F: for<'a> FnOnce(JobInput<'a, E>) -> (Finish, Result<T>),
     {
+        self.run_inline_latched(self.latch_lock(keys), limit, job)
+    }
+
+    /// The latches a command on `keys` takes, for
+    /// [`run_inline_latched`](Self::run_inline_latched): made before the
+    /// command is, so that keys the command then owns need not be copied.
+    pub(crate) fn latch_lock<'k>(&self, keys: impl IntoIterator<Item = &'k Key>) -> latches::Lock {
+        self.inner
+            .latches
+            .gen_lock(keys.into_iter().map(Key::as_encoded))
+    }
+
+    /// [`run_inline`](Self::run_inline) under `lock`, from
+    /// [`latch_lock`](Self::latch_lock).
+    pub(crate) fn run_inline_latched<T, F>(
+        &self,
+        mut lock: latches::Lock,
+        limit: Option<WaitLimit>,
+        job: F,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'a> FnOnce(JobInput<'a, E>) -> (Finish, Result<T>),
+    {
         let inner = &self.inner;
         inner.admit()?;
         let cid = next_cid();
-        let mut lock = inner.latches.gen_lock(keys.into_iter().map(Key::as_encoded));
         {
             // Latches are acquired under the shard's mutex (see `tasks`);
             // a command that must wait goes into the shard before the

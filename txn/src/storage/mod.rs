@@ -331,17 +331,47 @@ impl<E: Engine> Storage<E> {
     ) -> Result<C::Output> {
         let keys = cmd.latch_keys();
         self.check_write(&cmd, &keys)?;
+        let lock = self.scheduler.latch_lock(&keys);
+        self.run_write(cmd, lock, options)
+    }
+
+    /// Runs `cmd`, checked, under `lock` (its latches): the rest of
+    /// [`write_with`](Self::write_with).
+    fn run_write<C: WriteCommand>(
+        &self,
+        cmd: C,
+        lock: crate::scheduler::latches::Lock,
+        options: CommandOptions,
+    ) -> Result<C::Output> {
         let start = self.metrics.start();
         let durability = options.durability;
         let answer = self
             .scheduler
-            .run_inline(&keys, options.wait_limit(), move |input| {
+            .run_inline_latched(lock, options.wait_limit(), move |input| {
                 process_write(cmd, durability, input)
             });
         if !matches!(answer, Err(Error::SchedTooBusy { .. })) {
             self.metrics.command(C::KIND, start, answer.is_ok());
         }
         answer
+    }
+
+    /// [`write`](Self::write) of a lock request; one for a single key
+    /// (most are) lends its key to the checks and latches instead of
+    /// copying it.
+    fn write_lock_request(
+        &self,
+        cmd: AcquirePessimisticLock,
+    ) -> Result<Vec<PessimisticLockKeyResult>> {
+        let lock = match cmd.keys.as_slice() {
+            [(key, _)] => {
+                let key = std::slice::from_ref(key);
+                self.check_write(&cmd, key)?;
+                self.scheduler.latch_lock(key)
+            }
+            _ => return self.write(cmd),
+        };
+        self.run_write(cmd, lock, CommandOptions::default())
     }
 
     /// A prewrite as [`write_with`](Self::write_with) runs a
@@ -609,7 +639,7 @@ impl<E: Engine> Storage<E> {
         cmd: AcquirePessimisticLock,
     ) -> Result<Vec<PessimisticLockKeyResult>> {
         if cmd.wait_timeout.is_none() {
-            return self.write(cmd);
+            return self.write_lock_request(cmd);
         }
         self.acquire_pessimistic_lock_from(|| cmd.clone())
     }
@@ -624,14 +654,14 @@ impl<E: Engine> Storage<E> {
     ) -> Result<Vec<PessimisticLockKeyResult>> {
         let first = request();
         let Some(timeout) = first.wait_timeout else {
-            return self.write(first);
+            return self.write_lock_request(first);
         };
         // Most requests meet no lock: the first goes without watching (or
         // reading the clock). One for a key another transaction holds
         // would only find that lock, so it waits at once instead.
         let mut info = match self.lock_in_the_way(&first)? {
             Some(info) => info,
-            None => match self.write(first) {
+            None => match self.write_lock_request(first) {
                 Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) => info,
                 other => return other,
             },
@@ -669,7 +699,7 @@ impl<E: Engine> Storage<E> {
                 }
             }
             drop(ticket);
-            info = match self.write(cmd.clone()) {
+            info = match self.write_lock_request(cmd.clone()) {
                 Err(Error::Mvcc(percolate_mvcc::Error::KeyIsLocked(info))) => info,
                 other => return other,
             };
