@@ -604,6 +604,50 @@ fn c25_expected_for_update_ts<E: Engine>(f: TxnFixture<E>) {
     assert_eq!(f.must_locked(b"k", 10).lock_type, LockType::Put);
 }
 
+/// A Delete of a key the transaction inserted (`DeleteInserted`) is checked
+/// where an Insert is: over the transaction's own pessimistic lock not at
+/// all (its lock request made the check), with `DoConstraintCheck` against
+/// the data (`AlreadyExist` over a value); it writes a Delete lock, and its
+/// commit leaves the key deleted.
+fn c24_delete_inserted_checked_where_an_insert_is<E: Engine>(f: TxnFixture<E>) {
+    f.must_put_committed(b"k", b"old", 2, 5);
+    let delete_inserted =
+        |raw: &[u8], action| Mutation::delete_inserted(key(raw)).with_pessimistic_action(action);
+    // Deferred to the prewrite: the value the key holds refuses it, as it
+    // refuses an insert.
+    let props = pessimistic_props(b"k", 10, 10, 3000);
+    let err = f
+        .assert_unchanged(|| {
+            f.prewrite(&props, vec![delete_inserted(b"k", DoConstraintCheck)], None)
+        })
+        .unwrap_err();
+    assert_already_exists(&err, 2);
+    assert_already_exists(&insert_with_constraint_check(&f, 10, 10), 2);
+    // Over its own pessimistic lock: no check at the prewrite.
+    f.must_acquire_pessimistic_lock(b"k", b"k", 20, 20);
+    let props = pessimistic_props(b"k", 20, 20, 3000);
+    f.must_prewrite_mutations(
+        &props,
+        vec![delete_inserted(b"k", DoPessimisticCheck)],
+        None,
+    );
+    let lock = f.must_locked(b"k", 20);
+    assert_eq!(
+        (lock.lock_type, lock.for_update_ts),
+        (LockType::Delete, ts(20))
+    );
+    f.must_commit(b"k", 20, 25);
+    f.must_get_none(b"k", 30);
+    // Deferred on an absent key: it passes, and the commit deletes nothing
+    // that was there.
+    let props = pessimistic_props(b"n", 40, 40, 3000);
+    f.must_prewrite_mutations(&props, vec![delete_inserted(b"n", DoConstraintCheck)], None);
+    assert_eq!(f.must_locked(b"n", 40).lock_type, LockType::Delete);
+    f.must_commit(b"n", 40, 45);
+    f.must_get_none(b"n", 50);
+    f.must_get(b"k", 22, b"old");
+}
+
 // ------------------------------------------- the pessimistic prewrite, more
 
 /// A key that should hold the pessimistic lock but has none is taken over
@@ -896,6 +940,7 @@ on_both_engines!(
     c21_optimistic_prewrite_over_own_pessimistic_lock,
     c22_skip_pessimistic_check_meets_another_lock,
     c24_do_constraint_check,
+    c24_delete_inserted_checked_where_an_insert_is,
     c25_expected_for_update_ts,
     pessimistic_prewrite_amends_a_missing_lock,
     pessimistic_prewrite_for_update_ts_and_check_not_exists,
