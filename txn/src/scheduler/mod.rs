@@ -162,9 +162,13 @@ struct Inner<E> {
     engine: E,
     cm: ConcurrencyManager,
     latches: Latches,
-    /// Write commands between submit and dispatch, by id. A command's
-    /// latches are only ever acquired under its shard's mutex, so a wake-up
-    /// cannot slip between a failed acquire and the task's return here.
+    /// Write commands between submit and dispatch, by id. A command that
+    /// may wait acquires its latches under its shard's mutex, so a wake-up
+    /// cannot slip between a failed acquire and the task's return here. (A
+    /// command run on its caller's thread first tries without the mutex; a
+    /// wake-up that comes before it is here finds no task and is dropped,
+    /// and the command, trying again under the mutex, takes the latch it
+    /// was for itself.)
     ///
     /// The counters every command changes are on cache lines of their own,
     /// as are the shards: commands from many threads at once would
@@ -357,10 +361,12 @@ impl<E: Engine> Scheduler<E> {
         let inner = &self.inner;
         inner.admit()?;
         let cid = next_cid();
-        {
-            // Latches are acquired under the shard's mutex (see `tasks`);
-            // a command that must wait goes into the shard before the
-            // mutex is released, so the wake-up of its releaser finds it.
+        // Latches free (almost always): taken without the shard's mutex,
+        // since no release looks for a command that queued behind no one.
+        // Otherwise they are taken again under it (see `tasks`), and a
+        // command that must wait goes into the shard before the mutex is
+        // released, so the wake-up of its releaser finds it.
+        if !inner.latches.acquire(&mut lock, cid) {
             let mut tasks = inner.tasks[shard(cid)].lock();
             if !inner.latches.acquire(&mut lock, cid) {
                 let (completer, granted) = pending();
