@@ -102,6 +102,12 @@ impl WriteBatch {
         &self.modifies
     }
 
+    /// The modifications, to take bytes out of (an engine's
+    /// [`write_taking_locks`](crate::Engine::write_taking_locks)).
+    pub(crate) fn modifies_mut(&mut self) -> &mut [Modify] {
+        &mut self.modifies
+    }
+
     /// Takes the modifications out.
     pub fn into_modifies(self) -> Vec<Modify> {
         self.modifies

@@ -358,6 +358,15 @@ pub trait Engine: Clone + Send + Sync + 'static {
     /// all of them are visible or none is.
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()>;
 
+    /// [`write`](Self::write), free to move the keys and values of the
+    /// lock-CF puts of `batch` out of it (leaving them empty) rather than
+    /// copy them, for an engine that also keeps its locks in memory: a
+    /// caller done with those records after the write saves a copy of each
+    /// lock. Every other record is left as it was. Defaults to `write`.
+    fn write_taking_locks(&self, batch: &mut WriteBatch, options: WriteOptions) -> Result<()> {
+        self.write(batch, options)
+    }
+
     /// The GC safe point the engine keeps (see
     /// [`set_gc_safe_point`](Self::set_gc_safe_point)), persisted across
     /// restarts where it persists data. Defaults to 0: none.

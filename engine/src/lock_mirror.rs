@@ -23,6 +23,7 @@
 //! never holds (pessimistic locks, kept here only: see
 //! [`RocksEngine`](crate::RocksEngine)) from here.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -216,35 +217,66 @@ impl LockMirror {
     pub(crate) fn apply(&self, batch: &WriteBatch) {
         for modify in batch.modifies() {
             match modify {
-                // The new lock goes in before the old one leaves its other
-                // table: a reader meanwhile finds one or the other.
                 Modify::Put {
                     cf: Cf::Lock,
                     key,
                     value,
-                } if is_memory_only(Cf::Lock, value) => {
-                    self.put_memory_only(key.clone(), value.clone());
-                    self.remove(key);
-                }
-                Modify::Put {
-                    cf: Cf::Lock,
-                    key,
-                    value,
-                } => {
-                    self.put(key.clone(), value.clone());
-                    self.remove_memory_only(key);
-                }
-                Modify::Delete { cf: Cf::Lock, key } => {
-                    self.remove_memory_only(key);
-                    self.remove(key);
-                }
-                Modify::DeleteRange {
-                    cf: Cf::Lock,
-                    start,
-                    end,
-                } => self.delete_range(start, end),
-                _ => {}
+                } => self.put_lock(Cow::Borrowed(key), value.clone()),
+                other => self.apply_removal(other),
             }
+        }
+    }
+
+    /// [`apply`](Self::apply), moving the keys and values of `batch`'s lock
+    /// puts into the mirror instead of copying them (those records are left
+    /// empty).
+    pub(crate) fn apply_taking(&self, batch: &mut WriteBatch) {
+        for modify in batch.modifies_mut() {
+            match modify {
+                Modify::Put {
+                    cf: Cf::Lock,
+                    key,
+                    value,
+                } => self.put_lock(Cow::Owned(std::mem::take(key)), std::mem::take(value)),
+                other => self.apply_removal(other),
+            }
+        }
+    }
+
+    /// A lock put: into the table of memory-only locks or of those RocksDB
+    /// holds, as its bytes say. The new lock goes in before an old one
+    /// leaves the other table: a reader meanwhile finds one or the other.
+    /// `key` is copied when borrowed, or when the other table holds it too.
+    fn put_lock(&self, key: Cow<'_, [u8]>, value: Vec<u8>) {
+        if is_memory_only(Cf::Lock, &value) {
+            if self.holds_in_rocksdb(&key) {
+                self.put_memory_only(key.to_vec(), value);
+                self.remove(&key);
+            } else {
+                self.put_memory_only(key.into_owned(), value);
+            }
+        } else if self.holds_memory_only(&key) {
+            self.put(key.to_vec(), value);
+            self.remove_memory_only(&key);
+        } else {
+            self.put(key.into_owned(), value);
+        }
+    }
+
+    /// A lock delete or a lock range delete of a written batch; nothing
+    /// for any other record.
+    fn apply_removal(&self, modify: &Modify) {
+        match modify {
+            Modify::Delete { cf: Cf::Lock, key } => {
+                self.remove_memory_only(key);
+                self.remove(key);
+            }
+            Modify::DeleteRange {
+                cf: Cf::Lock,
+                start,
+                end,
+            } => self.delete_range(start, end),
+            _ => {}
         }
     }
 
@@ -346,13 +378,57 @@ mod tests {
 
     #[test]
     fn keeps_memory_only_locks_apart_and_lists_them_in_key_order() {
+        keeps_memory_only_locks_apart(|mirror, batch| mirror.apply(batch));
+    }
+
+    #[test]
+    fn keeps_memory_only_locks_apart_when_taking_their_bytes() {
+        keeps_memory_only_locks_apart(LockMirror::apply_taking);
+    }
+
+    #[test]
+    fn taking_empties_only_the_lock_puts() {
+        let mirror = LockMirror::new([(b"a".to_vec(), b"P-on-disk".to_vec())]);
+        let mut batch = WriteBatch::new();
+        batch.put(Cf::Lock, b"a".to_vec(), b"S-over-disk".to_vec());
+        batch.put(Cf::Lock, b"b".to_vec(), b"P".to_vec());
+        batch.put(Cf::Write, b"w".to_vec(), b"kept".to_vec());
+        batch.delete(Cf::Lock, b"c".to_vec());
+        mirror.apply_taking(&mut batch);
+        // Every lock put's bytes moved into the mirror (the key also in
+        // the other table too, after its removal there); the rest stays.
+        let left: Vec<(&[u8], &[u8])> = batch
+            .modifies()
+            .iter()
+            .map(|m| match m {
+                Modify::Put { key, value, .. } => (key.as_slice(), value.as_slice()),
+                Modify::Delete { key, .. } => (key.as_slice(), &b"-"[..]),
+                Modify::DeleteRange { .. } => unreachable!("none put"),
+            })
+            .collect();
+        assert_eq!(
+            left,
+            [
+                (&b""[..], &b""[..]),
+                (&b""[..], &b""[..]),
+                (&b"w"[..], &b"kept"[..]),
+                (&b"c"[..], &b"-"[..]),
+            ]
+        );
+        assert_eq!(mirror.get(b"a"), Some(b"S-over-disk".to_vec()));
+        assert!(mirror.holds_memory_only(b"a") && !mirror.holds_in_rocksdb(b"a"));
+        assert_eq!(mirror.get(b"b"), Some(b"P".to_vec()));
+        assert_eq!(mirror.get(b"w"), None);
+    }
+
+    fn keeps_memory_only_locks_apart(apply: fn(&LockMirror, &mut WriteBatch)) {
         let mirror = LockMirror::new([(vec![b'k', 0], b"P-from-disk".to_vec())]);
         let mut batch = WriteBatch::new();
         // Enough keys to land in several shards.
         for i in (0..40u8).rev() {
             batch.put(Cf::Lock, vec![b'k', i], vec![b'S', i]);
         }
-        mirror.apply(&batch);
+        apply(&mirror, &mut batch);
         // The memory-only lock replaced the one RocksDB held.
         assert!(!mirror.holds_in_rocksdb(&[b'k', 0]));
         assert!(mirror.holds_memory_only(&[b'k', 0]));
@@ -369,7 +445,7 @@ mod tests {
         batch.put(Cf::Lock, vec![b'k', 7], b"P".to_vec());
         batch.delete(Cf::Lock, vec![b'k', 8]);
         batch.delete_range(Cf::Lock, vec![b'k', 20], vec![b'k', 40]);
-        mirror.apply(&batch);
+        apply(&mirror, &mut batch);
         assert!(mirror.holds_in_rocksdb(&[b'k', 7]));
         assert!(!mirror.holds_memory_only(&[b'k', 7]));
         assert_eq!(mirror.get(&[b'k', 7]), Some(b"P".to_vec()));

@@ -850,6 +850,31 @@ impl Engine for RocksEngine {
     }
 
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
+        let puts_locks = self.begin_write(batch)?;
+        let written = self.apply(batch, options);
+        if written.is_ok() {
+            self.inner.locks.apply(batch);
+        }
+        self.end_write(batch, puts_locks);
+        written
+    }
+
+    /// As `write`, with the lock mirror taking the locks' bytes.
+    fn write_taking_locks(&self, batch: &mut WriteBatch, options: WriteOptions) -> Result<()> {
+        let puts_locks = self.begin_write(batch)?;
+        let written = self.apply(batch, options);
+        if written.is_ok() {
+            self.inner.locks.apply_taking(batch);
+        }
+        self.end_write(batch, puts_locks);
+        written
+    }
+}
+
+impl RocksEngine {
+    /// The bookkeeping before a write of `batch`: whether it puts locks
+    /// that RocksDB holds (for [`end_write`](Self::end_write)).
+    fn begin_write(&self, batch: &WriteBatch) -> Result<bool> {
         // Before the bookkeeping too: the lock mirror alone holds
         // pessimistic locks, which would otherwise be "written" there.
         if self.inner.read_only {
@@ -859,15 +884,16 @@ impl Engine for RocksEngine {
         }
         let puts_locks = self.inner.locks.begin_puts(batch);
         self.inner.epochs.begin(batch);
-        let written = self.apply(batch, options);
-        if written.is_ok() {
-            self.inner.locks.apply(batch);
-        }
+        Ok(puts_locks)
+    }
+
+    /// The bookkeeping after a write of `batch`, its locks applied to the
+    /// mirror (only its write-CF records are read again here).
+    fn end_write(&self, batch: &WriteBatch, puts_locks: bool) {
         self.inner.epochs.end(batch);
         if puts_locks {
             self.inner.locks.end_puts();
         }
-        written
     }
 }
 

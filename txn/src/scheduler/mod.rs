@@ -383,7 +383,7 @@ impl<E: Engine> Scheduler<E> {
                     .expect("a waiting caller's task is only removed by try_dispatch");
             }
         }
-        let Some(((finish, output), injected)) = inner.run_job(limit, job) else {
+        let Some(((mut finish, output), injected)) = inner.run_job(limit, job) else {
             inner.release(cid, &lock);
             return Err(Error::Aborted {
                 reason: "the command panicked",
@@ -397,7 +397,7 @@ impl<E: Engine> Scheduler<E> {
                 inner.send_to_group(tx, cid, lock, finish, reply);
                 return answer.wait();
             }
-            Ok(None) => inner.write_direct(&finish),
+            Ok(None) => inner.write_direct(&mut finish),
         };
         inner.complete(cid, &lock, finish, &written);
         written.and(output)
@@ -657,7 +657,7 @@ impl<E: Engine> Inner<E> {
     /// Runs a submitted command that holds its latches, writes what it
     /// produced and answers.
     fn process(self: &Arc<Self>, cid: CommandId, lock: latches::Lock, limit: Option<WaitLimit>, job: Job<E>) {
-        let Some(((finish, reply), injected)) = self.run_job(limit, job) else {
+        let Some(((mut finish, reply), injected)) = self.run_job(limit, job) else {
             // The job's reply was dropped while unwinding (answered
             // Aborted), and its memory-lock guards with it.
             self.release(cid, &lock);
@@ -669,7 +669,7 @@ impl<E: Engine> Inner<E> {
                 self.send_to_group(tx, cid, lock, finish, reply);
                 return;
             }
-            Ok(None) => self.write_direct(&finish),
+            Ok(None) => self.write_direct(&mut finish),
         };
         self.complete(cid, &lock, finish, &written);
         reply(written);
@@ -721,8 +721,10 @@ impl<E: Engine> Inner<E> {
         }
     }
 
-    /// Writes `finish` on this thread (nothing for an empty batch).
-    fn write_direct(&self, finish: &Finish) -> Result<()> {
+    /// Writes `finish` on this thread (nothing for an empty batch). The
+    /// engine may take the bytes of its lock puts: only its lock deletes
+    /// are read again (`complete`).
+    fn write_direct(&self, finish: &mut Finish) -> Result<()> {
         if finish.batch.is_empty() {
             return Ok(());
         }
@@ -730,7 +732,7 @@ impl<E: Engine> Inner<E> {
             durability: finish.durability.unwrap_or(self.write_options.durability),
         };
         self.engine
-            .write(&finish.batch, options)
+            .write_taking_locks(&mut finish.batch, options)
             .map_err(Error::from)
     }
 
@@ -830,14 +832,16 @@ fn group_commit_loop<E: Engine>(
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        let result = if let [only] = &group[..] {
-            inner.engine.write(&only.finish.batch, inner.write_options)
+        let result = if let [only] = &mut group[..] {
+            inner
+                .engine
+                .write_taking_locks(&mut only.finish.batch, inner.write_options)
         } else {
             let mut batch = WriteBatch::new();
             for written in &mut group {
                 batch.extend(std::mem::take(&mut written.finish.batch).into_modifies());
             }
-            let result = inner.engine.write(&batch, inner.write_options);
+            let result = inner.engine.write_taking_locks(&mut batch, inner.write_options);
             if result.is_ok() {
                 // Each command's completion below sees an empty batch: the
                 // locks the group deleted wake their waiters here.
