@@ -17,6 +17,9 @@
 //! * **acknowledgement**: a commit the client was told of is there, at the
 //!   commit_ts it was told; a transaction whose client was told it failed
 //!   before its commit point is committed nowhere;
+//! * **inserts**: a committed insert (or a delete or put that kept an
+//!   insert's check) found its key without a value: the newest committed
+//!   version below its commit_ts is none or a delete;
 //! * **first committer wins** (no G0, no lost update): of two committed
 //!   transactions writing a key, the later commit's snapshot of that key
 //!   (its start_ts; a pessimistic transaction's for_update_ts of its lock)
@@ -192,9 +195,21 @@ fn check_transactions(truth: &Truth<'_>, out: &mut Vec<String>) {
         for (key, op) in &txn.writes {
             let want = match op {
                 Op::Put(_) | Op::Insert(_) => WriteType::Put,
-                Op::Delete => WriteType::Delete,
+                Op::Delete | Op::DeleteInserted => WriteType::Delete,
                 Op::Lock => WriteType::Lock,
             };
+            // An insert (kept by a later delete or put) found the key
+            // without a value: none just below its commit_ts.
+            if matches!(op, Op::Insert(_) | Op::DeleteInserted) {
+                let below = TimeStamp::new(commit_ts.into_inner().saturating_sub(1));
+                if let Some(value) = truth.value_at(key, below, None) {
+                    out.push(format!(
+                        "{name} inserted {}, which held {} below its commit_ts {commit_ts}",
+                        String::from_utf8_lossy(key),
+                        show(Some(value))
+                    ));
+                }
+            }
             match seen.remove(key.as_slice()) {
                 Some(t) if t == want => {}
                 Some(t) => out.push(format!(

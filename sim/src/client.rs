@@ -336,6 +336,7 @@ impl SimTxn {
                 if new == Op::Lock {
                     self.buffer.entry(key.clone()).or_insert(Op::Lock);
                 } else {
+                    let new = Op::buffered(self.buffer.get(key), new);
                     self.buffer.insert(key.clone(), new);
                 }
                 if w.tracing() {
@@ -487,8 +488,11 @@ impl SimTxn {
         }
         match op {
             Planned::Put(k) => {
+                // As `Transaction::put`; a delete is a plain delete here
+                // (the insert's check was made when its key was locked).
                 let v = self.value(k);
-                self.buffer.insert(k.clone(), Op::Put(v));
+                let new = Op::buffered(self.buffer.get(k), Op::Put(v));
+                self.buffer.insert(k.clone(), new);
             }
             Planned::Insert(k) => {
                 let v = self.value(k);
@@ -655,6 +659,7 @@ impl SimTxn {
                     Op::Put(v) => Mutation::put(k, v.clone()),
                     Op::Delete => Mutation::delete(k),
                     Op::Insert(v) => Mutation::insert(k, v.clone()),
+                    Op::DeleteInserted => Mutation::delete_inserted(k),
                     Op::Lock => Mutation::lock(k),
                 };
                 (raw.clone(), mutation)

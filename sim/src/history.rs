@@ -14,15 +14,34 @@ pub(crate) enum Op {
     Put(Vec<u8>),
     Insert(Vec<u8>),
     Delete,
+    /// A delete of a key this transaction inserted: the insert's check
+    /// that the key is absent stands.
+    DeleteInserted,
     Lock,
 }
 
 impl Op {
+    /// What a transaction's optimistic buffer holds for `key` after a
+    /// write `new` over `old`, by the client's rules
+    /// (`Transaction::put`, `delete`, `insert`): a put or a delete over
+    /// the transaction's own insert keeps the insert's check (an insert
+    /// with the new value, or `DeleteInserted`), and an insert over its own
+    /// delete is a put.
+    pub(crate) fn buffered(old: Option<&Op>, new: Op) -> Op {
+        let inserted = matches!(old, Some(Op::Insert(_) | Op::DeleteInserted));
+        match new {
+            Op::Put(v) if inserted => Op::Insert(v),
+            Op::Delete if inserted => Op::DeleteInserted,
+            Op::Insert(v) if old == Some(&Op::Delete) => Op::Put(v),
+            new => new,
+        }
+    }
+
     /// The value a committed write of this op leaves (`None`: no value).
     pub(crate) fn value(&self) -> Option<&[u8]> {
         match self {
             Op::Put(v) | Op::Insert(v) => Some(v),
-            Op::Delete | Op::Lock => None,
+            Op::Delete | Op::DeleteInserted | Op::Lock => None,
         }
     }
 }

@@ -80,7 +80,8 @@
 //! See the `checker` module: oracle monotonic across crashes; no commit
 //! record replaced; atomicity (no transaction half visible); every
 //! acknowledged commit there at its commit_ts, no failed one anywhere;
-//! first committer wins (no G0, no lost update); every read exactly the
+//! every committed insert (kept by a later delete or put of its
+//! transaction) found its key without a value; first committer wins (no G0, no lost update); every read exactly the
 //! state of one cut of the commit order (no G1a, G1b, G1c, read skew; every
 //! acknowledged commit visible at its commit_ts from then on); no lock,
 //! in the engine or in memory, after quiescence.
