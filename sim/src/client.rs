@@ -145,6 +145,10 @@ pub(crate) struct SimTxn {
     /// Its heart beats never come (a stalled client).
     pub(crate) beats_stalled: bool,
     heart_beating: bool,
+    /// An optimistic insert over this transaction's own put or insert:
+    /// the commit fails with `AlreadyExist` before it sends anything, as
+    /// `Transaction::insert` makes it.
+    duplicate: bool,
 }
 
 impl SimTxn {
@@ -208,6 +212,7 @@ impl SimTxn {
             last_beat_ms: w.now_ms(),
             beats_stalled: w.cfg.faults.stalled_heart_beats && w.rng.chance(100),
             heart_beating: false,
+            duplicate: false,
         };
         w.history.txns.push(TxnRecord {
             start_ts,
@@ -333,10 +338,16 @@ impl SimTxn {
                     Planned::Delete(_) => Op::Delete,
                     _ => Op::Lock,
                 };
+                let own = self.buffer.get(key);
                 if new == Op::Lock {
                     self.buffer.entry(key.clone()).or_insert(Op::Lock);
+                } else if matches!(new, Op::Insert(_))
+                    && matches!(own, Some(Op::Put(_) | Op::Insert(_)))
+                {
+                    // The earlier write stays; the commit will fail.
+                    self.duplicate = true;
                 } else {
-                    let new = Op::buffered(self.buffer.get(key), new);
+                    let new = Op::buffered(own, new);
                     self.buffer.insert(key.clone(), new);
                 }
                 if w.tracing() {
@@ -641,6 +652,11 @@ impl SimTxn {
 
     /// The commit begins (`Committer::new`).
     fn start_commit(&mut self, w: &mut World) {
+        if self.duplicate {
+            // `Transaction::check_buffer`: nothing is sent.
+            self.give_up(w, "AlreadyExist: an insert over its own write".into());
+            return;
+        }
         if self.buffer.is_empty() {
             if w.tracing() {
                 w.note(format!("> t{}: commit -> read only", self.id));
