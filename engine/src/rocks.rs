@@ -850,31 +850,35 @@ impl Engine for RocksEngine {
     }
 
     fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
-        let puts_locks = self.begin_write(batch)?;
-        let written = self.apply(batch, options);
-        if written.is_ok() {
-            self.inner.locks.apply(batch);
-        }
-        self.end_write(batch, puts_locks);
-        written
+        self.write_mirrored(Mirrored::Copied(batch), options)
     }
 
     /// As `write`, with the lock mirror taking the locks' bytes.
     fn write_taking_locks(&self, batch: &mut WriteBatch, options: WriteOptions) -> Result<()> {
-        let puts_locks = self.begin_write(batch)?;
-        let written = self.apply(batch, options);
-        if written.is_ok() {
-            self.inner.locks.apply_taking(batch);
+        self.write_mirrored(Mirrored::Taken(batch), options)
+    }
+}
+
+/// A batch to write, and how the lock mirror gets its locks: copied, or
+/// taken out of the batch.
+enum Mirrored<'a> {
+    Copied(&'a WriteBatch),
+    Taken(&'a mut WriteBatch),
+}
+
+impl Mirrored<'_> {
+    fn batch(&self) -> &WriteBatch {
+        match self {
+            Mirrored::Copied(batch) => batch,
+            Mirrored::Taken(batch) => batch,
         }
-        self.end_write(batch, puts_locks);
-        written
     }
 }
 
 impl RocksEngine {
-    /// The bookkeeping before a write of `batch`: whether it puts locks
-    /// that RocksDB holds (for [`end_write`](Self::end_write)).
-    fn begin_write(&self, batch: &WriteBatch) -> Result<bool> {
+    /// Writes the batch to RocksDB and, once written, its locks to the
+    /// mirror, with the bookkeeping around both.
+    fn write_mirrored(&self, mut batch: Mirrored<'_>, options: WriteOptions) -> Result<()> {
         // Before the bookkeeping too: the lock mirror alone holds
         // pessimistic locks, which would otherwise be "written" there.
         if self.inner.read_only {
@@ -882,22 +886,23 @@ impl RocksEngine {
                 path: self.inner.path.clone(),
             });
         }
-        let puts_locks = self.inner.locks.begin_puts(batch);
-        self.inner.epochs.begin(batch);
-        Ok(puts_locks)
-    }
-
-    /// The bookkeeping after a write of `batch`, its locks applied to the
-    /// mirror (only its write-CF records are read again here).
-    fn end_write(&self, batch: &WriteBatch, puts_locks: bool) {
-        self.inner.epochs.end(batch);
+        let puts_locks = self.inner.locks.begin_puts(batch.batch());
+        self.inner.epochs.begin(batch.batch());
+        let written = self.apply(batch.batch(), options);
+        if written.is_ok() {
+            match &mut batch {
+                Mirrored::Copied(batch) => self.inner.locks.apply(batch),
+                Mirrored::Taken(batch) => self.inner.locks.apply_taking(batch),
+            }
+        }
+        // Only the batch's write-CF records are read again here.
+        self.inner.epochs.end(batch.batch());
         if puts_locks {
             self.inner.locks.end_puts();
         }
+        written
     }
-}
 
-impl RocksEngine {
     /// Writes `batch` to RocksDB, raising the persisted ts ceiling with it
     /// where its records pass it.
     fn apply(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
