@@ -49,16 +49,22 @@
 //! data keys) the insert climbs from the previous position only as far as
 //! it must, a few comparisons for keys close together. Profiles of
 //! `benches/txn.rs` showed the lock deletes at 17% of a 256-key
-//! transaction before, 10% after. Every other CF (write, default, raw,
-//! notify) keeps the plain insert: a commit record lands next to the
-//! key's older versions, seldom near the previous insert, and there the
-//! climb is comparisons that the plain search from the top does not make;
-//! the raw and notify CFs were not measured either way and follow the
-//! write CF. `percolate-bench`,
-//! 2 cores, 1 thread, alternating: the skip-list insert of a pessimistic
-//! 1-key update took 1.41 / 1.41 / 1.70 µs with a write-CF hint and 1.53 /
-//! 1.34 / 1.24 µs without (DWARF profiles); 64-key updates (1PC) ran at
-//! 4,411 / 4,811 transactions/s with it, 5,102 / 4,990 without.
+//! transaction before, 10% after.
+//!
+//! The write CF has a hint per user key instead
+//! ([`RocksOptions::write_insert_hints`]): a commit record lands next to
+//! its key's older versions, seldom near the previous insert, so one hint
+//! for all keys only adds comparisons (1-key pessimistic updates, 2 cores:
+//! 1.41 / 1.41 / 1.70 µs per skip-list insert with one, 1.53 / 1.34 /
+//! 1.24 without; 64-key 1PC updates 4,411 / 4,811 transactions/s with it,
+//! 5,102 / 4,990 without). A hint per key starts the insert where the
+//! key's newest version went in, a few nodes from where the next one goes;
+//! RocksDB's built-in transforms cannot strip the ts from keys of varying
+//! length, so `glue/insert_hint.cc` registers one that can. YCSB-A,
+//! pessimistic, 1 thread, 2 cores (CPU profiles of 3-second runs): the
+//! skip-list insert and its comparisons fell from 28.8% of the samples to
+//! 23.2%, the hints' own map and admission check included. The default,
+//! raw and notify CFs keep the plain insert.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -157,6 +163,19 @@ pub struct RocksOptions {
     /// inserting them all. Defaults to [`concurrent_memtable_writes_default`]:
     /// on only with 8 or more CPUs.
     pub concurrent_memtable_writes: bool,
+    /// Start each skip-list insert into the write CF's memtable from where
+    /// the previous insert of the same user key ended, instead of from the
+    /// top of the list: a key's new version sorts right before its
+    /// previous one, so a key updated again and again is inserted after a
+    /// few comparisons, where a search from the top walks a cold path of
+    /// some twenty nodes. A hint costs the memtable about 280 bytes
+    /// (RocksDB's insert position and its map entry), so only a key
+    /// written before gets one (a table of 16,384 hash tags remembers the
+    /// keys last written): keys written once cost it nothing but that
+    /// check. Only a serial memtable insert uses hints
+    /// ([`concurrent_memtable_writes`](Self::concurrent_memtable_writes)
+    /// off). Defaults to true. See the module docs for the measurements.
+    pub write_insert_hints: bool,
 }
 
 /// Whether [`RocksOptions::concurrent_memtable_writes`] is on by default
@@ -248,6 +267,7 @@ impl Default for RocksOptions {
             statistics: false,
             compression: Compression::PerLevel,
             concurrent_memtable_writes: concurrent_memtable_writes_default(),
+            write_insert_hints: true,
         }
     }
 }
@@ -707,6 +727,9 @@ fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Result<Options> 
     let mut opts = if cf == Cf::Lock {
         // Insert hints (see the module docs). Settable only by name.
         Options::default().get_options_from_string(INSERT_HINT_OPTION)?
+    } else if cf == Cf::Write && options.write_insert_hints {
+        glue::register_insert_hint();
+        Options::default().get_options_from_string(WRITE_INSERT_HINT_OPTION)?
     } else {
         Options::default()
     };
@@ -740,6 +763,29 @@ fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Result<Options> 
 /// Memtable insert hints for the lock CF: one insert position kept per
 /// data prefix byte (`z`), that is one for all data keys.
 const INSERT_HINT_OPTION: &str = "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.1";
+
+/// Memtable insert hints for the write CF: one insert position kept per
+/// user key (`glue/insert_hint.cc`).
+const WRITE_INSERT_HINT_OPTION: &str =
+    "memtable_insert_with_hint_prefix_extractor=percolate.StripTs";
+
+/// The C++ side of [`RocksOptions::write_insert_hints`]
+/// (`glue/insert_hint.cc`, compiled by `build.rs`).
+#[allow(unsafe_code)]
+mod glue {
+    unsafe extern "C" {
+        fn percolate_register_insert_hint();
+    }
+
+    /// Registers the transform `percolate.StripTs` (the stored key
+    /// without its ts) with RocksDB's object registry, once per process,
+    /// so that an options string can name it.
+    pub(super) fn register_insert_hint() {
+        // SAFETY: takes no arguments, registers at most once (under a
+        // `std::call_once`) and may be called from any thread.
+        unsafe { percolate_register_insert_hint() }
+    }
+}
 
 /// The prefix extractor of the write CF: the stored key without its ts.
 fn strip_ts(key: &[u8]) -> &[u8] {
