@@ -492,6 +492,17 @@ pub trait Snapshot: Clone + Send + Sync + 'static {
     /// An iterator over `cf`. It starts unpositioned: call a seek first.
     fn iter(&self, cf: Cf, options: IterOptions) -> Result<Self::Iter>;
 
+    /// `key`'s lock where it may stop a read: what `get(Cf::Lock, key)`
+    /// answers, except that the view may leave out a pessimistic lock
+    /// (lock type byte `S`), which neither blocks a read nor carries a
+    /// value to read. Point reads ask this instead of `get` so that a view
+    /// keeping pessimistic locks apart (the RocksDB engine's, in memory)
+    /// need not look there. Defaults to `get(Cf::Lock, key)`; a wrapper
+    /// that watches its view's gets should keep the default.
+    fn get_read_lock(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get(Cf::Lock, key)
+    }
+
     /// The engine's current [`Engine::write_epoch`] of `prefix` (not as of
     /// the snapshot: the count of writes up to now). `None` where the
     /// engine keeps no epochs, which is the default.
@@ -1197,6 +1208,59 @@ mod tests {
     #[test]
     fn memory_only_locks_read_as_any_lock_on_rocks() {
         memory_only_locks_read_as_any_lock(temp_rocks_engine());
+    }
+
+    /// `get_read_lock` answers what `get` does for every lock a read can
+    /// meet, and for a pessimistic lock (type `S`) either it or nothing;
+    /// RocksDB's views, which keep those locks apart, answer nothing.
+    fn read_locks_leave_out_only_pessimistic_locks<E: Engine>(engine: E, skips_pessimistic: bool) {
+        let mut batch = WriteBatch::new();
+        batch.put(Cf::Lock, b"d".to_vec(), b"S-d".to_vec());
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        let check = |view: &E::Snap, held: &[(&[u8], &[u8])]| {
+            for (key, lock) in held {
+                assert_eq!(view.get_read_lock(key).unwrap().as_deref(), Some(*lock));
+            }
+            let pessimistic = view.get_read_lock(b"d").unwrap();
+            assert_eq!(
+                view.get(Cf::Lock, b"d").unwrap().as_deref(),
+                Some(&b"S-d"[..])
+            );
+            if skips_pessimistic {
+                assert_eq!(pessimistic, None);
+            } else {
+                assert_eq!(pessimistic.as_deref(), Some(&b"S-d"[..]));
+            }
+            assert_eq!(view.get_read_lock(b"absent").unwrap(), None);
+        };
+        // Only a pessimistic lock: a snapshot knows it holds no other.
+        check(&engine.snapshot(), &[]);
+        check(&engine.latest(), &[]);
+        let mut batch = WriteBatch::new();
+        batch.put(Cf::Lock, b"b".to_vec(), b"P-b".to_vec());
+        batch.put(Cf::Lock, b"f".to_vec(), b"L-f".to_vec());
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        let held: [(&[u8], &[u8]); 2] = [(b"b", b"P-b"), (b"f", b"L-f")];
+        let before_delete = engine.snapshot();
+        check(&before_delete, &held);
+        check(&engine.latest(), &held);
+        let mut batch = WriteBatch::new();
+        batch.delete(Cf::Lock, b"b".to_vec());
+        engine.write(&batch, WriteOptions::default()).unwrap();
+        // The older snapshot still reads the deleted lock; the latest does not.
+        check(&before_delete, &held);
+        assert_eq!(engine.latest().get_read_lock(b"b").unwrap(), None);
+        check(&engine.latest(), &held[1..]);
+    }
+
+    #[test]
+    fn read_locks_leave_out_only_pessimistic_locks_on_memory() {
+        read_locks_leave_out_only_pessimistic_locks(MemoryEngine::new(), false);
+    }
+
+    #[test]
+    fn read_locks_leave_out_only_pessimistic_locks_on_rocks() {
+        read_locks_leave_out_only_pessimistic_locks(temp_rocks_engine(), true);
     }
 
     /// On RocksDB, pessimistic locks never reach the database: a batch of

@@ -148,12 +148,17 @@ impl LockMirror {
 
     /// The lock stored under `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        if self.len.load(Ordering::SeqCst) > 0 {
-            if let Some(lock) = self.shards[shard(key)].read().get(key) {
-                return Some(lock.clone());
-            }
+        self.get_held_in_rocksdb(key)
+            .or_else(|| self.memory_only_get(key))
+    }
+
+    /// The lock stored under `key` if RocksDB holds it (not a memory-only
+    /// one).
+    pub(crate) fn get_held_in_rocksdb(&self, key: &[u8]) -> Option<Vec<u8>> {
+        if self.len.load(Ordering::SeqCst) == 0 {
+            return None;
         }
-        self.memory_only_get(key)
+        self.shards[shard(key)].read().get(key).cloned()
     }
 
     /// Whether RocksDB holds a lock for `key`.

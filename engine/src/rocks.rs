@@ -1275,6 +1275,19 @@ impl Snapshot for RocksSnapshot {
         })
     }
 
+    /// Pessimistic locks are the memory-only ones: RocksDB and the
+    /// mirror's other half hold every lock that can stop a read.
+    fn get_read_lock(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let read = match &self.view {
+            View::Pinned(cell) if cell.borrow_dependent().no_locks => return Ok(None),
+            View::Pinned(cell) => &cell.borrow_dependent().point_read,
+            View::Latest(latest) => return Ok(latest.inner.locks.get_held_in_rocksdb(key)),
+        };
+        let db = self.db();
+        let value = db.get_pinned_cf_opt(handle(db, Cf::Lock)?, stored_key(key), read)?;
+        Ok(value.map(|value| value.to_vec()))
+    }
+
     fn write_epoch(&self, prefix: &[u8]) -> Option<u64> {
         self.inner().epochs.get(prefix)
     }

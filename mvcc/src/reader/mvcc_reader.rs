@@ -160,6 +160,22 @@ impl<S: Snapshot> MvccReader<S> {
 
     /// The lock on `key`, if any.
     pub fn load_lock(&mut self, key: &Key) -> Result<Option<Lock>> {
+        self.load_lock_with(key, |snapshot, key| snapshot.get(Cf::Lock, key))
+    }
+
+    /// The lock on `key` where it may stop a read: as
+    /// [`load_lock`](Self::load_lock), except that a pessimistic lock,
+    /// which no read waits for or reads through, may be left out
+    /// ([`Snapshot::get_read_lock`]).
+    pub fn load_read_lock(&mut self, key: &Key) -> Result<Option<Lock>> {
+        self.load_lock_with(key, |snapshot, key| snapshot.get_read_lock(key))
+    }
+
+    fn load_lock_with(
+        &mut self,
+        key: &Key,
+        get: impl FnOnce(&S, &[u8]) -> percolate_engine::Result<Option<Vec<u8>>>,
+    ) -> Result<Option<Lock>> {
         if self.ascending
             && !self.lock_forward.disabled
             && !self.snapshot.gets_from_memory(Cf::Lock)
@@ -172,7 +188,7 @@ impl<S: Snapshot> MvccReader<S> {
             }
         }
         self.statistics.lock.get += 1;
-        match self.snapshot.get(Cf::Lock, key.as_encoded())? {
+        match get(&self.snapshot, key.as_encoded())? {
             Some(bytes) => parse_lock(key, &bytes).map(Some),
             None => Ok(None),
         }

@@ -176,7 +176,8 @@ impl<S: Snapshot> PointGetter<S> {
     /// `KeyIsLocked` / `WriteConflict` as the isolation level says.
     pub fn get(&mut self, key: &Key) -> Result<Option<Vec<u8>>> {
         if self.policy.isolation_level != IsolationLevel::Rc {
-            if let Some(lock) = self.reader.load_lock(key)? {
+            // Pessimistic locks never stop a read: their lookup is skipped.
+            if let Some(lock) = self.reader.load_read_lock(key)? {
                 match check_lock_conflict(lock, key, self.ts, &self.policy)? {
                     LockDecision::Ignore => {}
                     LockDecision::ReadLock(lock) => return self.read_from_lock(key, *lock),
