@@ -23,7 +23,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -313,6 +313,8 @@ pub struct MemoryLock {
     /// Signalled when the key leaves the table, if `slot.waiters` is not
     /// zero.
     released: Condvar,
+    /// `slot.released`, for a reader that spins before it sleeps.
+    released_flag: AtomicBool,
 }
 
 /// What a [`MemoryLock`]'s mutex guards.
@@ -333,6 +335,7 @@ impl MemoryLock {
             key,
             slot: Mutex::default(),
             released: Condvar::new(),
+            released_flag: AtomicBool::new(false),
         }
     }
 
@@ -347,6 +350,10 @@ impl MemoryLock {
     /// Waits until this key leaves the table or `deadline` passes; whether
     /// it left.
     fn wait_released(&self, deadline: Instant) -> bool {
+        // The write in flight usually ends within microseconds: see `spin`.
+        if crate::spin::until_set(&self.released_flag) {
+            return true;
+        }
         let mut slot = self.slot.lock();
         slot.waiters += 1;
         while !slot.released && !self.released.wait_until(&mut slot, deadline).timed_out() {}
@@ -392,6 +399,7 @@ impl Drop for KeyGuard {
         // does not find this handle.
         let mut slot = self.handle.slot.lock();
         slot.released = true;
+        self.handle.released_flag.store(true, Ordering::Release);
         if slot.waiters > 0 {
             self.handle.released.notify_all();
         }

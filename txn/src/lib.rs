@@ -102,6 +102,7 @@ pub mod fail;
 #[path = "fail_off.rs"]
 mod fail;
 mod slots;
+mod spin;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 mod versions;

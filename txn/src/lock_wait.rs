@@ -49,7 +49,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -155,7 +155,16 @@ struct Waiter {
     /// What it sleeps on (with its shard's mutex), so that a release
     /// wakes the one waiter it lets run, not every waiter of the key.
     /// Shared: the entry moves when the table grows.
-    wake: Arc<Condvar>,
+    wake: Arc<Wake>,
+}
+
+/// A waiter's wake-up: a condition variable to sleep on, and a flag a
+/// release sets when it lets the waiter run, watched for a moment before
+/// the waiter sleeps (see `spin`).
+#[derive(Default)]
+struct Wake {
+    condvar: Condvar,
+    woken: AtomicBool,
 }
 
 impl Default for LockWaits {
@@ -260,7 +269,7 @@ impl LockWaits {
     pub(crate) fn release(&self, hashes: &[u64]) {
         let now = Instant::now();
         let later = now + self.inner.wake_up_delay;
-        let mut woken: Vec<Arc<Condvar>> = Vec::new();
+        let mut woken: Vec<Arc<Wake>> = Vec::new();
         for hash in hashes {
             let mut shard = self.inner.shard(*hash);
             let Some(watched) = shard.keys.get_mut(hash) else {
@@ -286,7 +295,8 @@ impl LockWaits {
             }
         }
         for wake in woken {
-            wake.notify_all();
+            wake.woken.store(true, Ordering::Release);
+            wake.condvar.notify_all();
         }
     }
 
@@ -410,6 +420,7 @@ impl LockWaits {
         id: u64,
         deadline: Instant,
     ) -> WaitOutcome {
+        let mut spun = false;
         loop {
             let now = Instant::now();
             let waiter = state.keys[&hash]
@@ -424,13 +435,21 @@ impl LockWaits {
             if now >= deadline {
                 return WaitOutcome::TimedOut;
             }
+            // A short transaction's lock goes within microseconds: watch
+            // for the release a moment before sleeping (see `spin`), with
+            // the shard unlocked so that the release can come.
+            if !spun && wake_at.is_none() {
+                spun = true;
+                MutexGuard::unlocked(state, || crate::spin::until_set(&wake.woken));
+                continue;
+            }
             // A release wakes only the oldest waiter and gives the others a
             // later time, which they find when they look again: at most a
             // wake-up delay apart.
             let until = wake_at
                 .unwrap_or(now + self.inner.wake_up_delay)
                 .min(deadline);
-            wake.wait_until(state, until);
+            wake.condvar.wait_until(state, until);
         }
     }
 

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -20,6 +21,8 @@ enum State<T> {
 struct Shared<T> {
     state: Mutex<State<T>>,
     ready: Condvar,
+    /// Set with the answer, for a waiter that spins before it sleeps.
+    answered: AtomicBool,
 }
 
 /// The answer to a command that was submitted and may not have run yet.
@@ -55,6 +58,7 @@ pub(crate) fn pending<T>() -> (Completer<T>, Pending<T>) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State::Waiting(None)),
         ready: Condvar::new(),
+        answered: AtomicBool::new(false),
     });
     (
         Completer {
@@ -80,6 +84,8 @@ impl<T> Pending<T> {
             Slot::Here(answer) => return answer.expect(TAKEN),
             Slot::Shared(shared) => shared,
         };
+        // Most answers come within a latch holder's write: see `spin`.
+        crate::spin::until_set(&shared.answered);
         let mut state = shared.state.lock();
         loop {
             if let Some(result) = take_done(&mut state) {
@@ -196,6 +202,7 @@ fn set<T>(shared: &Shared<T>, result: Result<T>) {
             _ => None,
         };
         *state = State::Done(result);
+        shared.answered.store(true, Ordering::Release);
         waker
     };
     shared.ready.notify_all();
@@ -206,7 +213,6 @@ fn set<T>(shared: &Shared<T>, result: Result<T>) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::task::Wake;
 
     use super::*;
