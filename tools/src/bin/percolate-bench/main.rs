@@ -330,9 +330,21 @@ fn main() -> Result<(), BoxError> {
                     )?);
                 }
             }
+            let by_round: Vec<(Kind, Vec<f64>)> = loaded
+                .systems
+                .iter()
+                .zip(&rounds)
+                .map(|((kind, _), measured)| {
+                    (
+                        *kind,
+                        measured.iter().map(Measurement::ops_per_sec).collect(),
+                    )
+                })
+                .collect();
             for ((kind, _), measured) in loaded.systems.iter().zip(rounds) {
                 report.add(scenario, *kind, median(measured));
             }
+            report.print_round_ratios(&by_round);
         }
     }
     report.print_summary();

@@ -228,6 +228,37 @@ impl Report {
             .unwrap_or_else(|| "-".into())
     }
 
+    /// Prints, for each system but TransactionDB, its throughput over
+    /// TransactionDB's round by round (the two ran one after the other in
+    /// each round), as the median and the range over the rounds: on a
+    /// host whose speed drifts between rounds, a ratio of neighbours moves
+    /// less than the ratio of the two medians in the table, and the range
+    /// shows how far one run can be from the next. Nothing without
+    /// TransactionDB or with a single round.
+    pub fn print_round_ratios(&self, by_round: &[(Kind, Vec<f64>)]) {
+        let Some((_, txndb)) = by_round.iter().find(|(kind, _)| *kind == Kind::Txndb) else {
+            return;
+        };
+        if txndb.len() < 2 {
+            return;
+        }
+        for (kind, ops) in by_round.iter().filter(|(kind, _)| *kind != Kind::Txndb) {
+            let mut ratios: Vec<f64> = ops.iter().zip(txndb).map(|(a, b)| a / b).collect();
+            ratios.sort_by(f64::total_cmp);
+            let (Some(low), Some(high)) = (ratios.first(), ratios.last()) else {
+                continue;
+            };
+            println!(
+                "  {:<17} /txndb round by round: median {:.2}x, range {:.2}x-{:.2}x over {} rounds",
+                kind.name(),
+                ratios[ratios.len() / 2],
+                low,
+                high,
+                ratios.len(),
+            );
+        }
+    }
+
     /// Records a measurement and prints its line.
     pub fn add(&mut self, s: &Scenario, kind: Kind, m: Measurement) {
         let protocols = m
