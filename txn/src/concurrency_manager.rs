@@ -351,7 +351,7 @@ impl MemoryLock {
     /// it left.
     fn wait_released(&self, deadline: Instant) -> bool {
         // The write in flight usually ends within microseconds: see `spin`.
-        if crate::spin::until_set(&self.released_flag) {
+        if crate::spin::IN_FLIGHT_WAITS.until_set(&self.released_flag) {
             return true;
         }
         let mut slot = self.slot.lock();

@@ -440,7 +440,7 @@ impl LockWaits {
             // the shard unlocked so that the release can come.
             if !spun && wake_at.is_none() {
                 spun = true;
-                MutexGuard::unlocked(state, || crate::spin::until_set(&wake.woken));
+                MutexGuard::unlocked(state, || crate::spin::LOCK_WAITS.until_set(&wake.woken));
                 continue;
             }
             // A release wakes only the oldest waiter and gives the others a

@@ -85,7 +85,7 @@ impl<T> Pending<T> {
             Slot::Shared(shared) => shared,
         };
         // Most answers come within a latch holder's write: see `spin`.
-        crate::spin::until_set(&shared.answered);
+        crate::spin::LATCH_WAITS.until_set(&shared.answered);
         let mut state = shared.state.lock();
         loop {
             if let Some(result) = take_done(&mut state) {
