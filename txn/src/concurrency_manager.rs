@@ -362,6 +362,9 @@ impl MemoryLock {
     }
 }
 
+/// The guards of one command's keys: a few inline, more on the heap.
+pub type KeyGuards = SmallVec<[KeyGuard; 4]>;
+
 /// Holds a key in the memory lock table; dropping it removes the key, on
 /// every path (success, error, panic).
 #[derive(Debug)]
@@ -608,8 +611,9 @@ impl ConcurrencyManager {
     pub fn lock_keys<K: std::borrow::Borrow<Key>>(
         &self,
         keys: impl IntoIterator<Item = K>,
-    ) -> Vec<KeyGuard> {
-        // (A commit of a few keys sorts them without a heap allocation.)
+    ) -> KeyGuards {
+        // (A commit of a few keys sorts and holds them without a heap
+        // allocation.)
         let mut keys: SmallVec<[K; 4]> = keys.into_iter().collect();
         keys.sort_unstable_by(|a, b| a.borrow().cmp(b.borrow()));
         keys.dedup_by(|a, b| a.borrow() == b.borrow());

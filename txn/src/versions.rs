@@ -239,7 +239,11 @@ impl Slot {
         }
         if let (true, Some((_, record))) = (copy, want.as_mut()) {
             let len = (held.record_len as usize).min(RECORD_WORDS * 8);
-            record.extend(words.iter().flat_map(|w| w.to_le_bytes()).take(len));
+            let mut bytes = [0u8; RECORD_WORDS * 8];
+            for (chunk, word) in bytes.chunks_exact_mut(8).zip(&words[..record_words]) {
+                chunk.copy_from_slice(&word.to_le_bytes());
+            }
+            record.extend_from_slice(&bytes[..len]);
         }
         Some(held)
     }

@@ -775,6 +775,10 @@ fn prewrite_all<S: Snapshot>(
     keys.finish(txn, props)
 }
 
+/// The locks a 1PC request turns into commit records, each with whether
+/// it replaces a pessimistic lock: those of a few keys on the stack.
+type OnePcLocks = smallvec::SmallVec<[(Key, Lock, bool); 4]>;
+
 /// What the keys of a request came to, as they are prewritten.
 #[derive(Default)]
 struct Prewritten {
@@ -785,7 +789,7 @@ struct Prewritten {
     commit_ts: TimeStamp,
     /// For 1PC: each key's lock, and whether it replaces a pessimistic
     /// lock.
-    one_pc_locks: Vec<(Key, Lock, bool)>,
+    one_pc_locks: OnePcLocks,
     /// Reported only if nothing else goes wrong: a conflict or a lock on a
     /// later key is the error the client must act on first.
     assertion_failure: Option<Error>,
@@ -865,7 +869,7 @@ fn already_committed(props: &TransactionProperties, commit_ts: TimeStamp) -> Pre
 /// removing the pessimistic locks they replace.
 fn commit_one_pc(
     txn: &mut MvccTxn,
-    locks: Vec<(Key, Lock, bool)>,
+    locks: OnePcLocks,
     commit_ts: TimeStamp,
 ) -> Result<()> {
     for (key, lock, remove_pessimistic_lock) in locks {

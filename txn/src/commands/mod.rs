@@ -50,7 +50,7 @@ pub use crate::actions::prewrite::{
     TransactionProperties,
 };
 pub use crate::actions::{MAX_LOCK_TTL_MS, ReleasedLock, TxnStatus};
-use crate::concurrency_manager::{ConcurrencyManager, KeyGuard};
+use crate::concurrency_manager::{ConcurrencyManager, KeyGuards};
 
 /// What a write command works with: a view of the engine read after its
 /// latches were acquired, and the region's concurrency manager.
@@ -103,7 +103,7 @@ pub struct WriteResult<T> {
     /// The answer, given once the modifications are written.
     pub output: T,
     /// Memory locks to hold until the modifications are in the engine.
-    pub(crate) guards: Vec<KeyGuard>,
+    pub(crate) guards: KeyGuards,
     /// The data versions (Put and Delete commit records) the batch writes,
     /// each the newest of its key ([`MvccTxn::committed_versions`]): the
     /// region records them as version hints once the batch is written.
@@ -125,7 +125,7 @@ impl<T> WriteResult<T> {
         WriteResult {
             batch,
             output,
-            guards: Vec::new(),
+            guards: KeyGuards::new(),
             committed: Vec::new(),
         }
     }

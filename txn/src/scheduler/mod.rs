@@ -45,7 +45,7 @@ use percolate_mvcc::{CommittedVersion, Key};
 use self::latches::{CommandId, Latches};
 pub use self::pending::Pending;
 pub(crate) use self::pending::{Completer, pending};
-use crate::concurrency_manager::{ConcurrencyManager, KeyGuard};
+use crate::concurrency_manager::{ConcurrencyManager, KeyGuards};
 use crate::{Error, Result};
 
 /// How a scheduler runs.
@@ -84,7 +84,7 @@ impl Default for SchedulerConfig {
 #[derive(Default)]
 pub(crate) struct Finish {
     pub(crate) batch: WriteBatch,
-    pub(crate) guards: Vec<KeyGuard>,
+    pub(crate) guards: KeyGuards,
     /// The versions the batch writes as the newest of their keys, recorded
     /// in the version hints here once it is written.
     pub(crate) committed: Vec<CommittedVersion>,
@@ -183,6 +183,10 @@ struct Inner<E> {
     group_tx: Option<Sender<GroupMsg>>,
 }
 
+/// A message to the group writer. Nearly every message is a `Write`,
+/// moved once through the channel: boxing it, as the size lint would have
+/// it, would cost each write an allocation to save `Stop` some bytes.
+#[allow(clippy::large_enum_variant)]
 enum GroupMsg {
     Write(Written),
     Stop,
