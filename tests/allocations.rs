@@ -5,7 +5,9 @@
 //! or boxes to a commit or a read shows up here and not only as noise in
 //! a benchmark. Each count is the mean over many operations on a RocksDB
 //! engine, after a warm-up (shared tables grow now and then, so a single
-//! operation's count can differ by one).
+//! operation's count can differ by one). Each budget is the count
+//! measured when it was set plus one: room for a table that grows
+//! differently elsewhere, none for a new copy on the path.
 //!
 //! Run with `--nocapture` to see the counts.
 
@@ -128,7 +130,7 @@ fn a_pessimistic_single_key_update_stays_within_its_allocations() {
         let info = txn.commit().unwrap();
         assert_eq!(info.protocol, percolate::CommitProtocol::OnePc);
     });
-    within("pessimistic 1PC update", measured, 30.0);
+    within("pessimistic 1PC update", measured, 29.0);
 }
 
 #[test]
@@ -141,7 +143,7 @@ fn an_optimistic_single_key_update_stays_within_its_allocations() {
         let info = txn.commit().unwrap();
         assert_eq!(info.protocol, percolate::CommitProtocol::OnePc);
     });
-    within("optimistic 1PC update", measured, 19.0);
+    within("optimistic 1PC update", measured, 18.0);
 }
 
 #[test]
@@ -181,5 +183,5 @@ fn a_pessimistic_four_key_transfer_stays_within_its_allocations() {
         let info = txn.commit().unwrap();
         assert_eq!(info.protocol, percolate::CommitProtocol::OnePc);
     });
-    within("pessimistic 4-key transfer", measured, 100.0);
+    within("pessimistic 4-key transfer", measured, 99.5);
 }

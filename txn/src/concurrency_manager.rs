@@ -362,8 +362,10 @@ impl MemoryLock {
     }
 }
 
-/// The guards of one command's keys: a few inline, more on the heap.
-pub type KeyGuards = SmallVec<[KeyGuard; 4]>;
+/// The guards of one command's keys: those of one or two keys inline (the
+/// guards travel with the command's result to its completion), more on
+/// the heap.
+pub type KeyGuards = SmallVec<[KeyGuard; 2]>;
 
 /// Holds a key in the memory lock table; dropping it removes the key, on
 /// every path (success, error, panic).
@@ -612,8 +614,7 @@ impl ConcurrencyManager {
         &self,
         keys: impl IntoIterator<Item = K>,
     ) -> KeyGuards {
-        // (A commit of a few keys sorts and holds them without a heap
-        // allocation.)
+        // (A commit of a few keys sorts them without a heap allocation.)
         let mut keys: SmallVec<[K; 4]> = keys.into_iter().collect();
         keys.sort_unstable_by(|a, b| a.borrow().cmp(b.borrow()));
         keys.dedup_by(|a, b| a.borrow() == b.borrow());

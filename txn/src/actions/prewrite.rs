@@ -748,6 +748,10 @@ fn prewrite_all<S: Snapshot>(
             .all(|pair| pair[0].key.as_encoded() < pair[1].key.as_encoded());
     let mut reader = MvccReader::new(snapshot.clone()).ascending(ascending);
     let mut keys = Prewritten::default();
+    if matches!(props.commit_kind, CommitKind::OnePc { .. }) {
+        // One allocation for a request of several keys, none for one.
+        keys.one_pc_locks.reserve(mutations.len());
+    }
     for mutation in mutations {
         let key = &mutation.key;
         let is_primary = key.is_encoded_from(&props.primary);
@@ -776,8 +780,10 @@ fn prewrite_all<S: Snapshot>(
 }
 
 /// The locks a 1PC request turns into commit records, each with whether
-/// it replaces a pessimistic lock: those of a few keys on the stack.
-type OnePcLocks = smallvec::SmallVec<[(Key, Lock, bool); 4]>;
+/// it replaces a pessimistic lock: a single key's on the stack (a lock is
+/// 184 bytes, and the list moves twice on its way to the commit records:
+/// room for more would be copied on every commit), more on the heap.
+type OnePcLocks = smallvec::SmallVec<[(Key, Lock, bool); 1]>;
 
 /// What the keys of a request came to, as they are prewritten.
 #[derive(Default)]

@@ -183,10 +183,6 @@ struct Inner<E> {
     group_tx: Option<Sender<GroupMsg>>,
 }
 
-/// A message to the group writer. Nearly every message is a `Write`,
-/// moved once through the channel: boxing it, as the size lint would have
-/// it, would cost each write an allocation to save `Stop` some bytes.
-#[allow(clippy::large_enum_variant)]
 enum GroupMsg {
     Write(Written),
     Stop,
