@@ -7,8 +7,9 @@
 //!
 //! * a [`WriteBatch`] is applied atomically across all column families, or not
 //!   at all;
-//! * a [`Snapshot`] sees exactly the writes that finished before it was taken,
-//!   never a later one, for as long as it lives;
+//! * a [`Snapshot`] sees every write that finished before it was taken and
+//!   none that began after, each of them whole, for as long as it lives (a
+//!   write in flight as it is taken is seen whole or not at all);
 //! * iterators ([`EngineIterator`]) walk a snapshot in key order, forwards or
 //!   backwards, inside optional bounds, and report I/O errors as values.
 //!
@@ -42,6 +43,7 @@ mod rocks;
 mod stats;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+mod write_gate;
 
 pub use batch::{Modify, WriteBatch};
 pub use error::{Error, Result};
@@ -285,20 +287,29 @@ pub trait Engine: Clone + Send + Sync + 'static {
     /// The snapshot type of this engine.
     type Snap: Snapshot;
 
-    /// A consistent view of every column family as of now.
+    /// A consistent view of every column family as of now: every write
+    /// that finished before the call, none that begins after it returns,
+    /// and each write whole.
     fn snapshot(&self) -> Self::Snap;
 
     /// A view of the latest data: each read through it (a get, an
     /// iterator's creation or refresh) sees every write that finished
-    /// before the read began, but two reads need not see the same moment.
+    /// before the read began, but two reads need not see the same moment,
+    /// and a read may see part of a write still in flight (RocksDB's
+    /// unordered writes insert a batch record by record: see
+    /// [`RocksOptions::unordered_writes`]). Lock-CF gets are the
+    /// exception: they see a write's locks change only once the write
+    /// finished.
     ///
     /// Cheaper than [`snapshot`](Self::snapshot) where pinning a moment
     /// costs something: a RocksDB snapshot takes the database-wide mutex
     /// when it is taken and again when it is released, which every reading
     /// thread contends for. A reader that needs one key's records in a
     /// known order (its lock before its versions, as a point read does)
-    /// gets from this view what it would get from a snapshot taken after
-    /// its first read. Defaults to a snapshot.
+    /// sees in its later reads every write that finished before its first
+    /// one, as a snapshot taken then would; of the writes begun since, it
+    /// sees what had landed by each read, record by record. Defaults to a
+    /// snapshot.
     fn latest(&self) -> Self::Snap {
         self.snapshot()
     }
@@ -653,12 +664,92 @@ mod tests {
         }
     }
 
+    /// Writers race, each rewriting its own keys in three CFs with one
+    /// value per batch; snapshots taken meanwhile must find each writer's
+    /// keys all at one batch (or all absent), by gets and by a cursor.
+    fn snapshots_see_each_batch_whole<E: Engine>(engine: E) {
+        const WRITERS: u32 = 3;
+        const KEYS: u32 = 8;
+        const BATCHES: u64 = 1500;
+        let key = |t: u32, j: u32| format!("zw{t}-{j}").into_bytes();
+        let cf_of = |j: u32| [Cf::Lock, Cf::Write, Cf::Default][(j % 3) as usize];
+        let done = std::sync::atomic::AtomicU32::new(0);
+        std::thread::scope(|s| {
+            for t in 0..WRITERS {
+                let (engine, done) = (&engine, &done);
+                s.spawn(move || {
+                    for i in 1..=BATCHES {
+                        let mut batch = WriteBatch::default();
+                        for j in 0..KEYS {
+                            batch.put(cf_of(j), key(t, j), i.to_be_bytes().to_vec());
+                        }
+                        engine.write(&batch, WriteOptions::default()).unwrap();
+                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                });
+            }
+            let mut checked = 0u64;
+            while done.load(std::sync::atomic::Ordering::SeqCst) < WRITERS || checked == 0 {
+                let snap = engine.snapshot();
+                for t in 0..WRITERS {
+                    let values: Vec<Option<Vec<u8>>> = (0..KEYS)
+                        .map(|j| snap.get(cf_of(j), &key(t, j)).unwrap())
+                        .collect();
+                    assert!(
+                        values.iter().all(|v| *v == values[0]),
+                        "writer {t}: a batch seen in part: {values:?}"
+                    );
+                }
+                // The write CF's keys of every writer, by a cursor.
+                let by_cursor: Vec<(Vec<u8>, Vec<u8>)> =
+                    collect_forward(&snap, Cf::Write, IterOptions::new());
+                for t in 0..WRITERS {
+                    let mine: Vec<&Vec<u8>> = by_cursor
+                        .iter()
+                        .filter(|(k, _)| k.starts_with(format!("zw{t}-").as_bytes()))
+                        .map(|(_, v)| v)
+                        .collect();
+                    assert!(
+                        mine.windows(2).all(|w| w[0] == w[1]),
+                        "writer {t}: {mine:?}"
+                    );
+                    if let (Some(first), Ok(Some(got))) =
+                        (mine.first(), snap.get(Cf::Lock, &key(t, 0)))
+                    {
+                        assert_eq!(*first, &got, "writer {t}: cursor and get disagree");
+                    }
+                }
+                checked += 1;
+            }
+        });
+    }
+
     #[test]
-    fn concurrent_writers_land_every_batch_with_parallel_memtable_inserts_on_or_off() {
-        for concurrent_memtable_writes in [false, true] {
+    fn snapshots_see_each_batch_whole_on_memory() {
+        snapshots_see_each_batch_whole(MemoryEngine::new());
+    }
+
+    #[test]
+    fn snapshots_see_each_batch_whole_on_rocks_with_unordered_writes_on_or_off() {
+        for unordered_writes in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let options = RocksOptions {
+                unordered_writes,
+                ..RocksOptions::default()
+            };
+            snapshots_see_each_batch_whole(RocksEngine::open_with(dir.path(), &options).unwrap());
+        }
+    }
+
+    #[test]
+    fn concurrent_writers_land_every_batch_with_parallel_or_unordered_memtable_inserts() {
+        for (concurrent_memtable_writes, unordered_writes) in
+            [(false, false), (true, false), (false, true)]
+        {
             let dir = tempfile::tempdir().unwrap();
             let options = RocksOptions {
                 concurrent_memtable_writes,
+                unordered_writes,
                 ..RocksOptions::default()
             };
             let engine = RocksEngine::open_with(dir.path(), &options).unwrap();
@@ -687,7 +778,7 @@ mod tests {
                 }
                 assert_eq!(
                     count, 2000,
-                    "{cf:?}, concurrent: {concurrent_memtable_writes}"
+                    "{cf:?}, concurrent: {concurrent_memtable_writes}, unordered: {unordered_writes}"
                 );
             }
         }
@@ -713,11 +804,14 @@ mod tests {
             key.extend_from_slice(&(!version).to_be_bytes());
             key
         };
-        for write_insert_hints in [true, false] {
+        for (write_insert_hints, unordered_writes) in
+            [(true, false), (false, false), (true, true), (false, true)]
+        {
             let dir = tempfile::tempdir().unwrap();
             let options = RocksOptions {
                 write_insert_hints,
                 concurrent_memtable_writes: false,
+                unordered_writes,
                 ..RocksOptions::default()
             };
             let engine = RocksEngine::open_with(dir.path(), &options).unwrap();
@@ -737,6 +831,13 @@ mod tests {
             assert_eq!(
                 recorded.contains("memtable_insert_with_hint_prefix_extractor=percolate.StripTs"),
                 write_insert_hints,
+                "{recorded}"
+            );
+            // Concurrent inserts (unordered writes) take their hints from
+            // the glue's memtable.
+            assert_eq!(
+                recorded.contains("memtable_factory=percolate.HintedSkipList.StripTs"),
+                write_insert_hints && unordered_writes,
                 "{recorded}"
             );
             let mut expected = std::collections::BTreeMap::new();
@@ -774,7 +875,10 @@ mod tests {
             let found: Vec<(Vec<u8>, Vec<u8>)> =
                 collect_forward(&snap, Cf::Write, IterOptions::new());
             let want: Vec<(Vec<u8>, Vec<u8>)> = expected.clone().into_iter().collect();
-            assert_eq!(found, want, "hints: {write_insert_hints}");
+            assert_eq!(
+                found, want,
+                "hints: {write_insert_hints}, unordered: {unordered_writes}"
+            );
             for (key, value) in &expected {
                 assert_eq!(snap.get(Cf::Write, key).unwrap().as_ref(), Some(value));
             }

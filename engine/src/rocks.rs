@@ -65,6 +65,46 @@
 //! skip-list insert and its comparisons fell from 28.8% of the samples to
 //! 23.2%, the hints' own map and admission check included. The default,
 //! raw and notify CFs keep the plain insert.
+//!
+//! **Unordered writes** ([`RocksOptions::unordered_writes`], on by
+//! default). RocksDB's pipelined writes put each write group through two
+//! stages, the write-ahead log and then the memtables, with the writers
+//! of a group waiting for its leader at each; on a machine with fewer
+//! cores than writers most of a write's time goes to those hand-offs.
+//! With RocksDB's `unordered_write` a writer inserts its own batch into
+//! the memtables as soon as its group's log record is written, beside the
+//! other writers, and returns. The price is that RocksDB publishes a
+//! write's sequence number before its records are in: a snapshot, or a
+//! read of the latest data, sees a batch in flight record by record, and
+//! a snapshot changes as writes below its sequence number land. Percolate
+//! keeps its readers' guarantees on its own:
+//!
+//! * a [`snapshot`](Engine::snapshot) waits, once taken, until every
+//!   write that began before it has returned (`write_gate.rs`: a count of
+//!   writes in flight in two generations; no wait at all while no write
+//!   is in flight, and writes never wait), so it sees each write whole or
+//!   not at all, and never changes;
+//! * the lock mirror takes a write's locks (and drops them) only after
+//!   RocksDB returned, so a lock-CF get of the latest data still sees a
+//!   lock until its commit record and the lock's deletion are both in;
+//!   a point read reads the lock first and the versions after, and a
+//!   commit in flight whose lock it did not find is above its read ts
+//!   (see `percolate_txn`'s read path);
+//! * write commands read only keys they hold latches on, whose writers
+//!   have all returned.
+//!
+//! Concurrent memtable inserts skip RocksDB's insert hints, which only
+//! serial inserts use; `glue/insert_hint.cc` gives them back through a
+//! memtable of its own (RocksDB's skip list, wrapped), which keeps a
+//! fixed table of insert positions per memtable: per user key on the
+//! write CF, one for all keys on the lock CF. 2 cores, pessimistic
+//! percolate alone (`percolate-bench --seconds 2`, six alternating pairs
+//! of pipelined against unordered, median ratios of ops/s): YCSB-A 4
+//! threads 1.31x, YCSB-F 1.20x, 4-key transfers 1.31x; at 1 thread 0.98x,
+//! 0.98x and 1.01x. Without the glue's hints the 4-key transfer at 1
+//! thread lost 8%. Single-threaded `benches/txn.rs` (two alternating
+//! runs): 1-key and 256-key 2PC transactions within 5% either way,
+//! 16-key ones 3%-9% slower.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -85,6 +125,7 @@ pub use sst::{SstEvent, SstFileInfo, SstSink};
 
 use crate::epochs::WriteEpochs;
 use crate::lock_mirror::{LockMirror, is_memory_only};
+use crate::write_gate::WriteGate;
 use crate::{
     Cf, Durability, Engine, EngineIterator, Error, IterOptions, Modify, Result, SeekMode, Snapshot,
     TS_SUFFIX_LEN, WriteBatch, WriteOptions,
@@ -161,7 +202,8 @@ pub struct RocksOptions {
     /// the memtables in parallel, each on its own thread
     /// (`allow_concurrent_memtable_write`), instead of the group's leader
     /// inserting them all. Defaults to [`concurrent_memtable_writes_default`]:
-    /// on only with 8 or more CPUs.
+    /// on only with 8 or more CPUs. Always on with
+    /// [`unordered_writes`](Self::unordered_writes).
     pub concurrent_memtable_writes: bool,
     /// Start each skip-list insert into the write CF's memtable from where
     /// the previous insert of the same user key ended, instead of from the
@@ -172,10 +214,36 @@ pub struct RocksOptions {
     /// (RocksDB's insert position and its map entry), so only a key
     /// written before gets one (a table of 16,384 hash tags remembers the
     /// keys last written): keys written once cost it nothing but that
-    /// check. Only a serial memtable insert uses hints
+    /// check. Serial memtable inserts take RocksDB's own hints; with
+    /// [`unordered_writes`](Self::unordered_writes) the concurrent
+    /// inserts take theirs from the glue's memtable, a fixed table of
+    /// 8,192 insert positions per memtable with the same admission check.
+    /// Parallel inserts of one write group
     /// ([`concurrent_memtable_writes`](Self::concurrent_memtable_writes)
-    /// off). Defaults to true. See the module docs for the measurements.
+    /// without unordered writes) go without. Defaults to true. See the
+    /// module docs for the measurements.
     pub write_insert_hints: bool,
+    /// Let each writer insert its own batch into the memtables as soon as
+    /// the batch is in the write-ahead log, alongside other writers,
+    /// instead of in write groups one after another (RocksDB's
+    /// `unordered_write`). It turns pipelined writes off and concurrent
+    /// memtable inserts on, whatever
+    /// [`concurrent_memtable_writes`](Self::concurrent_memtable_writes)
+    /// says; the inserts then take their hints from a memtable of the
+    /// glue's (see [`write_insert_hints`](Self::write_insert_hints)).
+    ///
+    /// RocksDB then no longer shows a batch to readers all at once. The
+    /// engine keeps a [`snapshot`](Engine::snapshot) whole regardless: it
+    /// waits, once taken, for the writes that began before it (only while
+    /// writes are in flight, for as long as their memtable inserts take;
+    /// a write held up by a write stall holds up the snapshots taken
+    /// meanwhile too). Lock-CF gets of the [`latest`](Engine::latest)
+    /// data come from the lock mirror, which takes a write's locks only
+    /// once it is written; other reads of the latest data may see a write
+    /// in flight in part, which percolate's readers allow for (see the
+    /// module docs). Defaults to true. See the module docs for the
+    /// measurements.
+    pub unordered_writes: bool,
 }
 
 /// Whether [`RocksOptions::concurrent_memtable_writes`] is on by default
@@ -268,6 +336,7 @@ impl Default for RocksOptions {
             compression: Compression::PerLevel,
             concurrent_memtable_writes: concurrent_memtable_writes_default(),
             write_insert_hints: true,
+            unordered_writes: true,
         }
     }
 }
@@ -318,6 +387,10 @@ struct Inner {
     raising: Mutex<()>,
     /// The live locks, for the lock checks of latest reads.
     locks: LockMirror,
+    /// Writes in flight, counted when RocksDB writes unordered
+    /// ([`RocksOptions::unordered_writes`]) so that a snapshot can wait
+    /// for those that began before it.
+    gate: Option<WriteGate>,
     /// What a salvaging open dropped, if it did.
     salvage: Option<SalvageReport>,
     /// Opened with [`RocksEngine::open_read_only`]: every write fails.
@@ -429,6 +502,7 @@ impl RocksEngine {
             persisted_ceiling: AtomicU64::new(ceiling),
             raising: Mutex::new(()),
             locks,
+            gate: options.unordered_writes.then(WriteGate::default),
             salvage,
             read_only,
             gc,
@@ -708,8 +782,11 @@ fn db_options(options: &RocksOptions, recovery: rocksdb::DBRecoveryMode) -> Opti
     // overlap one write group's WAL append with the previous group's
     // memtable inserts. `benches/storage.rs`, 1-key prewrites, 2 workers /
     // 1: 1.11x without, 1.25x-1.72x with (five runs a few minutes apart).
-    opts.set_enable_pipelined_write(true);
-    opts.set_allow_concurrent_memtable_write(options.concurrent_memtable_writes);
+    opts.set_enable_pipelined_write(!options.unordered_writes);
+    opts.set_allow_concurrent_memtable_write(
+        options.concurrent_memtable_writes || options.unordered_writes,
+    );
+    opts.set_unordered_write(options.unordered_writes);
     opts.set_wal_recovery_mode(recovery);
     if options.statistics {
         opts.enable_statistics();
@@ -724,14 +801,20 @@ fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Result<Options> 
     table.set_bloom_filter(options.bloom_bits_per_key, false);
     // Newest table format: smaller index and filter blocks.
     table.set_format_version(5);
-    let mut opts = if cf == Cf::Lock {
-        // Insert hints (see the module docs). Settable only by name.
-        Options::default().get_options_from_string(INSERT_HINT_OPTION)?
-    } else if cf == Cf::Write && options.write_insert_hints {
-        glue::register_insert_hint();
-        Options::default().get_options_from_string(WRITE_INSERT_HINT_OPTION)?
-    } else {
-        Options::default()
+    // Insert hints (see the module docs), for serial memtable inserts and
+    // (through a memtable of the glue's) for concurrent ones. Settable
+    // only by name.
+    glue::register_insert_hint();
+    let hints = match cf {
+        Cf::Lock => Some(LOCK_INSERT_HINTS),
+        Cf::Write if options.write_insert_hints => Some(WRITE_INSERT_HINTS),
+        _ => None,
+    };
+    let mut opts = match hints {
+        Some(hints) if options.unordered_writes => Options::default()
+            .get_options_from_string(format!("{};{}", hints.serial, hints.concurrent))?,
+        Some(hints) => Options::default().get_options_from_string(hints.serial)?,
+        None => Options::default(),
     };
     opts.set_write_buffer_size(if cf == Cf::Lock {
         options.lock_write_buffer_bytes
@@ -760,14 +843,29 @@ fn cf_options(cf: Cf, options: &RocksOptions, cache: &Cache) -> Result<Options> 
     Ok(opts)
 }
 
-/// Memtable insert hints for the lock CF: one insert position kept per
-/// data prefix byte (`z`), that is one for all data keys.
-const INSERT_HINT_OPTION: &str = "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.1";
+/// The options that give a CF's memtable inserts hints: one for serial
+/// inserts, one for concurrent ones.
+struct InsertHints {
+    /// RocksDB's own hints, which only serial inserts use.
+    serial: &'static str,
+    /// A skip list that hands concurrent inserts a hint
+    /// (`glue/insert_hint.cc`).
+    concurrent: &'static str,
+}
+
+/// Memtable insert hints for the lock CF: one insert position kept for
+/// all data keys (their one-byte prefix `z`).
+const LOCK_INSERT_HINTS: InsertHints = InsertHints {
+    serial: "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.1",
+    concurrent: "memtable=percolate.HintedSkipList.One",
+};
 
 /// Memtable insert hints for the write CF: one insert position kept per
 /// user key (`glue/insert_hint.cc`).
-const WRITE_INSERT_HINT_OPTION: &str =
-    "memtable_insert_with_hint_prefix_extractor=percolate.StripTs";
+const WRITE_INSERT_HINTS: InsertHints = InsertHints {
+    serial: "memtable_insert_with_hint_prefix_extractor=percolate.StripTs",
+    concurrent: "memtable=percolate.HintedSkipList.StripTs",
+};
 
 /// The C++ side of [`RocksOptions::write_insert_hints`]
 /// (`glue/insert_hint.cc`, compiled by `build.rs`).
@@ -844,6 +942,9 @@ impl Engine for RocksEngine {
                 let quiet = inner.locks.quiet();
                 let snapshot = inner.db.snapshot();
                 let no_locks = quiet.is_some_and(|token| inner.locks.still_quiet(token));
+                if let Some(gate) = &inner.gate {
+                    gate.wait_for_earlier();
+                }
                 let mut point_read = ReadOptions::default();
                 point_read.set_snapshot(&snapshot);
                 SnapshotParts {
@@ -960,6 +1061,8 @@ impl RocksEngine {
         };
         let inner = &self.inner;
         let opts = &inner.write_options[usize::from(options.durability == Durability::Sync)];
+        // Counted until RocksDB returns, with the whole batch inserted.
+        let _in_flight = inner.gate.as_ref().map(WriteGate::enter);
         if newest > inner.persisted_ceiling.load(Ordering::SeqCst) {
             // The batch's records go above the ceiling on disk: raise it in
             // the same atomic write. Writes below it need not wait for

@@ -305,7 +305,9 @@ impl<E: Engine> Shared<E> {
         };
         self.rows.fetch_add(1, Ordering::Relaxed);
         let counters = &self.client.inner.observers.counters;
-        let notifications = self.notifications_of(row)?;
+        // One snapshot for the notifications and their writers' locks.
+        let snapshot = notify_engine(&self.client).snapshot();
+        let notifications = self.notifications_of(&snapshot, row)?;
         if notifications.is_empty() {
             // Another handle cleared them.
             return Ok(Processed::Done { kept: false });
@@ -343,7 +345,7 @@ impl<E: Engine> Shared<E> {
                 }
             }
         }
-        let (deleted, kept) = self.clear(&key, &notifications, covered_below)?;
+        let (deleted, kept) = self.clear(&snapshot, &key, &notifications, covered_below)?;
         let collapsed = deleted.saturating_sub(usize::from(ran));
         counters
             .collapsed
@@ -351,9 +353,13 @@ impl<E: Engine> Shared<E> {
         Ok(Processed::Done { kept })
     }
 
-    /// Every notification of the encoded key `row`, with its stored key.
-    fn notifications_of(&self, row: &[u8]) -> Result<Vec<(Vec<u8>, Notification)>> {
-        let snapshot = notify_engine(&self.client).latest();
+    /// Every notification of the encoded key `row` in `snapshot`, with its
+    /// stored key.
+    fn notifications_of(
+        &self,
+        snapshot: &E::Snap,
+        row: &[u8],
+    ) -> Result<Vec<(Vec<u8>, Notification)>> {
         let options = IterOptions::new()
             .lower_bound(row)
             .upper_bound(key_end(row));
@@ -425,21 +431,26 @@ impl<E: Engine> Shared<E> {
     ///
     /// A weak one is covered: every run started after it was read. A
     /// strong one, of the writer `ts`, is covered unless that writer still
-    /// holds its lock on the key (it has not committed: its commit_ts may
-    /// end up above the runs'), or the key changed after `covered_below`
-    /// (the writer may have committed after the runs read). The lock is
-    /// read first, the write records after: a writer's commit removes its
-    /// lock and writes its commit record in one write, so a lock gone at
-    /// the first read has its commit record in the second.
+    /// held its lock on the key in `snapshot`, where the notification was
+    /// read (it had not committed: its commit_ts may end up above the
+    /// runs'), or the key changed after `covered_below` (the writer may
+    /// have committed after the runs read). A notification is written in
+    /// the same write as its writer's lock (or, by 1PC, its commit
+    /// record), and a snapshot sees a write whole or not at all: a
+    /// notification read there has its lock there until the writer's
+    /// commit, whose record the latest data then holds.
     fn clear(
         &self,
+        snapshot: &E::Snap,
         key: &Key,
         notifications: &[(Vec<u8>, Notification)],
         covered_below: TimeStamp,
     ) -> Result<(usize, bool)> {
         let engine = notify_engine(&self.client);
+        let lock_ts = MvccReader::new(snapshot.clone())
+            .load_lock(key)?
+            .map(|lock| lock.ts);
         let mut reader = MvccReader::new(engine.latest());
-        let lock_ts = reader.load_lock(key)?.map(|lock| lock.ts);
         let newer_change =
             latest_change(&mut reader, key, TimeStamp::max())?.is_some_and(|ts| ts > covered_below);
         let mut batch = WriteBatch::new();
