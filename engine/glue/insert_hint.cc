@@ -134,12 +134,16 @@ class StripTs : public SliceTransform {
 class HintedRep : public MemTableRep {
  public:
   HintedRep(MemTableRep* inner, Allocator* allocator, size_t strip)
-      : MemTableRep(allocator), inner_(inner), strip_(strip) {}
+      : MemTableRep(allocator),
+        inner_(inner),
+        strip_(strip),
+        mask_(strip == kAll ? 0 : kSlots - 1),
+        slots_(new Slot[mask_ + 1]) {}
 
   ~HintedRep() override {
-    for (Slot& slot : slots_) {
+    for (size_t i = 0; i <= mask_; ++i) {
       // Allocated by the skip list with `new char[]`.
-      delete[] static_cast<char*>(slot.splice);
+      delete[] static_cast<char*>(slots_[i].splice);
     }
   }
 
@@ -172,7 +176,7 @@ class HintedRep : public MemTableRep {
       return inner_->InsertKeyConcurrently(handle);
     }
     uint64_t hash = HashBytes(prefix);
-    Slot& slot = slots_[hash & (kSlots - 1)];
+    Slot& slot = slots_[hash & mask_];
     bool idle = false;
     if (!slot.busy.compare_exchange_strong(idle, true,
                                            std::memory_order_acquire)) {
@@ -182,8 +186,12 @@ class HintedRep : public MemTableRep {
       // Another prefix's position. Only a prefix inserted before takes
       // the slot over (and starts its hint afresh): one inserted once in
       // a memtable's life would gain nothing from a hint and only push
-      // out one that serves.
-      if (!SeenBefore(hash)) {
+      // out one that serves. The slot remembers a one-byte tag of the
+      // last prefix that found it taken (as `StripTs::InDomain`).
+      uint8_t tag = static_cast<uint8_t>(hash >> 56);
+      tag += tag == 0;
+      if (slot.seen != tag) {
+        slot.seen = tag;
         slot.busy.store(false, std::memory_order_release);
         return inner_->InsertKeyConcurrently(handle);
       }
@@ -252,27 +260,16 @@ class HintedRep : public MemTableRep {
   }
 
  private:
-  // Slots per memtable: a slot is 24 bytes, and a hint in use some 220
-  // more (the skip list's insert position at its full height).
-  static constexpr size_t kSlots = 1 << 13;
+  // Slots per memtable (one with a single hint): a slot is 24 bytes, and
+  // a hint in use some 220 more (the skip list's insert position at its
+  // full height).
+  static constexpr size_t kSlots = 1 << 14;
 
-  // Whether a prefix of this hash was inserted before (as
-  // `StripTs::InDomain`): a one-byte tag per slot of a table of its own.
-  bool SeenBefore(uint64_t hash) {
-    uint8_t tag = static_cast<uint8_t>(hash >> 56);
-    tag += tag == 0;
-    std::atomic<uint8_t>& seen = seen_[(hash >> 20) & (kSeen - 1)];
-    if (seen.load(std::memory_order_relaxed) == tag) {
-      return true;
-    }
-    seen.store(tag, std::memory_order_relaxed);
-    return false;
-  }
-
-  static constexpr size_t kSeen = 1 << 14;
-
+  // Taken by an insert while it uses `splice`; `seen`, `hash` and
+  // `splice` change only under it.
   struct Slot {
     std::atomic<bool> busy{false};
+    uint8_t seen = 0;
     uint64_t hash = 0;
     void* splice = nullptr;
   };
@@ -314,8 +311,9 @@ class HintedRep : public MemTableRep {
   // Bytes cut from the end of the stored key to make its hint prefix, or
   // `kAll`.
   const size_t strip_;
-  std::array<Slot, kSlots> slots_{};
-  std::array<std::atomic<uint8_t>, kSeen> seen_{};
+  // Slots less one: a power of two less one, for the hash's low bits.
+  const size_t mask_;
+  std::unique_ptr<Slot[]> slots_;
 };
 
 // Creates `HintedRep`s over RocksDB's skip list. The name picks the hint

@@ -217,7 +217,10 @@ pub struct RocksOptions {
     /// check. Serial memtable inserts take RocksDB's own hints; with
     /// [`unordered_writes`](Self::unordered_writes) the concurrent
     /// inserts take theirs from the glue's memtable, a fixed table of
-    /// 8,192 insert positions per memtable with the same admission check.
+    /// 16,384 insert positions per write-CF memtable (384 KiB, and up to
+    /// some 3.6 MiB more for the positions in use, outside the memtable's
+    /// own accounting), each slot with a one-byte tag for the same
+    /// admission check.
     /// Parallel inserts of one write group
     /// ([`concurrent_memtable_writes`](Self::concurrent_memtable_writes)
     /// without unordered writes) go without. Defaults to true. See the
