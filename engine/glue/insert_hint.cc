@@ -27,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_set>
+#include <utility>
 
 #include "rocksdb/memtablerep.h"
 #include "rocksdb/slice.h"
@@ -321,9 +322,10 @@ class HintedRep : public MemTableRep {
 // `percolate.HintedSkipList.One` (the lock CF).
 class HintedFactory : public MemTableRepFactory {
  public:
-  HintedFactory(const char* name, size_t strip) : name_(name), strip_(strip) {}
+  HintedFactory(std::string name, size_t strip)
+      : name_(std::move(name)), strip_(strip) {}
 
-  const char* Name() const override { return name_; }
+  const char* Name() const override { return name_.c_str(); }
 
   using MemTableRepFactory::CreateMemTableRep;
   MemTableRep* CreateMemTableRep(const MemTableRep::KeyComparator& compare,
@@ -339,13 +341,26 @@ class HintedFactory : public MemTableRepFactory {
   bool CanHandleDuplicatedKey() const override { return true; }
 
  private:
-  const char* name_;
+  std::string name_;
   size_t strip_;
   SkipListFactory skip_list_;
 };
 
 constexpr const char* kHintedStripTs = "percolate.HintedSkipList.StripTs";
 constexpr const char* kHintedOne = "percolate.HintedSkipList.One";
+
+// Registers the factory named `name` (the name an options string gives
+// it), whose memtables cut `kStrip` bytes from a key for its hint.
+template <size_t kStrip>
+void AddHinted(const char* name) {
+  ObjectLibrary::Default()->AddFactory<MemTableRepFactory>(
+      name,
+      [](const std::string& uri, std::unique_ptr<MemTableRepFactory>* guard,
+         std::string* /*errmsg*/) {
+        guard->reset(new HintedFactory(uri, kStrip));
+        return guard->get();
+      });
+}
 
 }  // namespace
 
@@ -360,21 +375,7 @@ extern "C" void percolate_register_insert_hint() {
           guard->reset(new StripTs());
           return guard->get();
         });
-    ObjectLibrary::Default()->AddFactory<MemTableRepFactory>(
-        kHintedStripTs,
-        [](const std::string& /*uri*/,
-           std::unique_ptr<MemTableRepFactory>* guard,
-           std::string* /*errmsg*/) {
-          guard->reset(new HintedFactory(kHintedStripTs, kTsLen));
-          return guard->get();
-        });
-    ObjectLibrary::Default()->AddFactory<MemTableRepFactory>(
-        kHintedOne,
-        [](const std::string& /*uri*/,
-           std::unique_ptr<MemTableRepFactory>* guard,
-           std::string* /*errmsg*/) {
-          guard->reset(new HintedFactory(kHintedOne, HintedRep::kAll));
-          return guard->get();
-        });
+    AddHinted<kTsLen>(kHintedStripTs);
+    AddHinted<HintedRep::kAll>(kHintedOne);
   });
 }
