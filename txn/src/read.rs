@@ -16,8 +16,11 @@
 //! the check found (and judged), since a transaction that prewrites a key
 //! after the check commits above the read ts (2PC takes its commit_ts from
 //! the oracle after its prewrites; async commit and 1PC compute it above
-//! `max_ts`, which this read raised first). Scans read their versions
-//! before their locks, so they keep a snapshot.
+//! `max_ts`, which this read raised first). It holds too where the engine
+//! shows a write in flight in part (RocksDB's unordered writes): a lock
+//! check of the latest data sees a commit's lock until the commit's
+//! write is whole. Scans read their versions before their locks, so they
+//! keep a snapshot, which the engine keeps whole.
 //!
 //! Point reads also take the region's version hints (the newest data
 //! version of recently committed keys, recorded once each commit is

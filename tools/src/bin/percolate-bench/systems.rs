@@ -278,8 +278,12 @@ pub fn open(kind: Kind, dir: &Path, setup: Setup) -> Result<Box<dyn System>, Box
 
 /// RocksDB options as percolate's `RocksEngine` sets its CFs: a 128 MiB
 /// shared LRU block cache, 10-bit bloom filters, 64 MiB memtables, no
-/// compression on L0-L1, lz4 on L2-L4, zstd below, 2 background jobs,
-/// pipelined writes, concurrent memtable inserts only with 8 or more CPUs.
+/// compression on L0-L1, lz4 on L2-L4, zstd below, 2 background jobs.
+/// The write path is RocksDB's pipelined one, with concurrent memtable
+/// inserts only with 8 or more CPUs, where percolate writes unordered:
+/// TransactionDB's write-committed policy refuses unordered writes, and
+/// a raw database's batches would no longer appear to its readers at
+/// once.
 fn rocks_options() -> Options {
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&Cache::new_lru_cache(128 << 20));
