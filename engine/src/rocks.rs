@@ -83,7 +83,9 @@
 //!   write that began before it has returned (`write_gate.rs`: a count of
 //!   writes in flight in two generations; no wait at all while no write
 //!   is in flight, and writes never wait), so it sees each write whole or
-//!   not at all, and never changes;
+//!   not at all, and never changes. The wait is a buffered write's
+//!   few microseconds, but a synced write's log sync too, and a write
+//!   stall's length; point reads of the latest data take no snapshot;
 //! * the lock mirror takes a write's locks (and drops them) only after
 //!   RocksDB returned, so a lock-CF get of the latest data still sees a
 //!   lock until its commit record and the lock's deletion are both in;
@@ -237,10 +239,11 @@ pub struct RocksOptions {
     ///
     /// RocksDB then no longer shows a batch to readers all at once. The
     /// engine keeps a [`snapshot`](Engine::snapshot) whole regardless: it
-    /// waits, once taken, for the writes that began before it (only while
-    /// writes are in flight, for as long as their memtable inserts take;
-    /// a write held up by a write stall holds up the snapshots taken
-    /// meanwhile too). Lock-CF gets of the [`latest`](Engine::latest)
+    /// waits, once taken, for the writes that began before it to return
+    /// (only while writes are in flight: a buffered write's log append
+    /// and memtable insert, some microseconds; a synced write's log sync
+    /// too; and a write held up by a write stall holds up the snapshots
+    /// taken meanwhile). Reads of the latest data never wait. Lock-CF gets of the [`latest`](Engine::latest)
     /// data come from the lock mirror, which takes a write's locks only
     /// once it is written; other reads of the latest data may see a write
     /// in flight in part, which percolate's readers allow for (see the
